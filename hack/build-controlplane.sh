@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Builds kube-apiserver, kubectl and etcd from their Go modules into a per-machine cache keyed
+# by version. Idempotent: when the binaries exist and run, it does nothing.
+set -euo pipefail
+
+KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
+ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
+here="$(cd "$(dirname "$0")" && pwd)"
+cache_root="${KUBESCRIBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubescribe}"
+out="$cache_root/controlplane/${KUBE_VERSION}-etcd${ETCD_VERSION}"
+
+ok() { [ -x "$out/$1" ] && "$out/$1" "${@:2}" >/dev/null 2>&1; }
+if ok kube-apiserver --version && ok kubectl version --client && ok etcd --version; then
+  echo "$out"
+  exit 0
+fi
+mkdir -p "$out"
+command -v go >/dev/null || { echo "go is required to build the control plane" >&2; exit 1; }
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+minor="${KUBE_VERSION#v1.}"; minor="${minor%%.*}"
+staging="v0.${KUBE_VERSION#v1.}"
+
+build_kube() {
+  local mod="$work/kube"
+  cp -r "$here/controlplane/kube" "$mod"
+  go mod download -json "k8s.io/kubernetes@${KUBE_VERSION}" >/dev/null
+  local kmod
+  kmod="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/${KUBE_VERSION}.mod"
+  {
+    echo "module kubescribe.io/controlplane/kube"
+    echo
+    echo "go 1.26.0"
+    echo
+    echo "godebug default=go1.26"
+    echo
+    echo "require k8s.io/kubernetes ${KUBE_VERSION}"
+    echo
+    echo "replace ("
+    sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/k8s.io/.*#\t\1 => \1 '"$staging"'#p' "$kmod"
+    echo ")"
+  } >"$mod/go.mod"
+  (cd "$mod" && go mod tidy >/dev/null)
+  local ld="-s -w -X k8s.io/component-base/version.gitVersion=${KUBE_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor}"
+  (cd "$mod" && go build -ldflags "$ld" -o "$out/.kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
+  mv "$out/.kube-apiserver.tmp" "$out/kube-apiserver"
+  (cd "$mod" && go build -ldflags "$ld -X k8s.io/client-go/pkg/version.gitVersion=${KUBE_VERSION}" -o "$out/.kubectl.tmp" k8s.io/kubernetes/cmd/kubectl)
+  mv "$out/.kubectl.tmp" "$out/kubectl"
+}
+
+build_etcd() {
+  local mod="$work/etcd"
+  cp -r "$here/controlplane/etcd" "$mod"
+  sed -i "s#^require go.etcd.io/etcd/server/v3 .*#require go.etcd.io/etcd/server/v3 ${ETCD_VERSION}#" "$mod/go.mod"
+  (cd "$mod" && go mod tidy >/dev/null)
+  (cd "$mod" && go build -ldflags "-s -w" -o "$out/.etcd.tmp" go.etcd.io/etcd/server/v3)
+  mv "$out/.etcd.tmp" "$out/etcd"
+}
+
+ok kube-apiserver --version && ok kubectl version --client || build_kube
+ok etcd --version || build_etcd
+echo "$out"

@@ -1,0 +1,3 @@
+module kubescribe.io/controlplane/kube
+
+go 1.26.0
