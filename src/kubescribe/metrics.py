@@ -1,0 +1,62 @@
+"""Prometheus metrics, on a private registry. Labels stay low-cardinality: never object names."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+WATCH_EVENTS = Counter(
+    "kubescribe_watch_events_total", "Watch events received.", ["gvr", "type"], registry=REGISTRY
+)
+FILTERED = Counter(
+    "kubescribe_filtered_objects_total",
+    "Objects left out of Git by the noise policy or a rule, by reason.",
+    ["reason"],
+    registry=REGISTRY,
+)
+WATCH_RESTARTS = Counter(
+    "kubescribe_watch_restarts_total",
+    "Watch streams restarted, by reason (timeout, dead, error, gone).",
+    ["gvr", "reason"],
+    registry=REGISTRY,
+)
+RELISTS = Counter(
+    "kubescribe_relists_total", "Full re-lists after 410 Gone.", ["gvr"], registry=REGISTRY
+)
+STREAMS = Gauge("kubescribe_watch_streams", "Watch streams running.", registry=REGISTRY)
+COMMITS = Counter(
+    "kubescribe_commits_total", "Commits created, by kind (change, snapshot).", ["kind"],
+    registry=REGISTRY,
+)
+PUSHES = Counter(
+    "kubescribe_pushes_total",
+    "Push attempts, by result (ok, rejected, failed).",
+    ["result"],
+    registry=REGISTRY,
+)
+QUEUE_DEPTH = Gauge(
+    "kubescribe_queue_depth", "Changes waiting in a branch worker.", ["branch"], registry=REGISTRY
+)
+LAG = Histogram(
+    "kubescribe_event_to_push_seconds",
+    "Time from a watch event to the push that carries it.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+    registry=REGISTRY,
+)
+REFUSED = Counter(
+    "kubescribe_refused_documents_total",
+    "Documents not written because their content was refused (e.g. no encryption).",
+    ["reason"],
+    registry=REGISTRY,
+)
+DOCUMENTS = Gauge(
+    "kubescribe_target_documents", "Documents in a GitTarget's folder.", ["target"],
+    registry=REGISTRY,
+)
+RETAINED = Gauge(
+    "kubescribe_target_retained_documents",
+    "Documents kept by the prune mode although gone from the cluster.",
+    ["target"],
+    registry=REGISTRY,
+)

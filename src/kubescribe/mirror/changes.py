@@ -1,0 +1,81 @@
+"""What flows from the watch streams to the branch worker: live changes and snapshots."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubescribe.mirror.identity import Identity, ResourceType
+
+
+class Operation(enum.StrEnum):
+    CREATE = "CREATE"
+    UPDATE = "UPDATE"
+    DELETE = "DELETE"
+
+
+class PruneMode(enum.StrEnum):
+    NEVER = "Never"
+    ON_EVENT = "OnEvent"
+    ALWAYS = "Always"
+
+
+@dataclass(frozen=True, order=True)
+class TargetKey:
+    """A GitTarget, by namespace and name."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """How far a watch stream has been observed; acknowledged once the write is pushed."""
+
+    stream: str
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class Change:
+    """One observed create, update or delete of one object, already sanitized.
+
+    `document` is None for a delete. `observed_at` is a monotonic timestamp for lag metrics.
+    """
+
+    target: TargetKey
+    operation: Operation
+    identity: Identity
+    rtype: ResourceType
+    document: Mapping[str, Any] | None
+    observed_at: float
+    cursor: Cursor | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The complete, current set of objects of one type in one scope for one target.
+
+    `namespace` is the scope ('' = all namespaces, or a cluster-scoped type). `deleted` are
+    objects the stream saw before and found missing on a re-list (observed deletes).
+    """
+
+    target: TargetKey
+    rtype: ResourceType
+    namespace: str
+    documents: Mapping[Identity, Mapping[str, Any]]
+    observed_at: float
+    deleted: frozenset[Identity] = field(default_factory=frozenset)
+    cursor: Cursor | None = None
+
+    def in_scope(self, identity: Identity) -> bool:
+        return (
+            identity.group == self.rtype.group
+            and identity.kind == self.rtype.kind
+            and (not self.namespace or identity.namespace == self.namespace)
+        )

@@ -1,0 +1,88 @@
+"""Where a document lives in the target folder: default layout and per-type path templates."""
+
+from __future__ import annotations
+
+import posixpath
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from kubescribe.mirror.identity import CLUSTER_SCOPE, CORE_GROUP, Identity, ResourceType
+
+DEFAULT_TEMPLATE = "{namespace}/{group}/{resource}/{name}.yaml"
+TEMPLATE_FIELDS = frozenset({"namespace", "group", "version", "kind", "resource", "name"})
+ENCRYPTED_SUFFIX = ".sops.yaml"
+
+
+class LayoutError(ValueError):
+    """A path template or target path is not usable."""
+
+
+def validate_template(template: str) -> None:
+    """Reject templates with unknown fields, format specs, absolute paths or `..`."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise LayoutError(f"template {template!r}: {exc}") from None
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if name not in TEMPLATE_FIELDS:
+            allowed = ", ".join(sorted(TEMPLATE_FIELDS))
+            raise LayoutError(f"template {template!r}: unknown field {{{name}}} (allowed: {allowed})")
+        if spec or conversion:
+            raise LayoutError(f"template {template!r}: format specs are not allowed")
+    if not template.endswith(".yaml"):
+        raise LayoutError(f"template {template!r} must end with .yaml")
+    if template.startswith("/") or ".." in template.split("/"):
+        raise LayoutError(f"template {template!r} must be relative and must not contain '..'")
+
+
+def normalize_target_path(path: str) -> str:
+    """The target folder as a clean relative POSIX path; '' for the repository root."""
+    if path.startswith("/"):
+        raise LayoutError(f"path {path!r} must be relative")
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise LayoutError(f"path {path!r} must not contain '..'")
+    return "/".join(parts)
+
+
+def paths_overlap(a: str, b: str) -> bool:
+    """Two target folders overlap when one contains the other (the root contains every folder)."""
+    if not a or not b:
+        return True
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Renders the file path (relative to the target folder) of a new document."""
+
+    default: str = DEFAULT_TEMPLATE
+    per_type: Mapping[tuple[str, str], str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate_template(self.default)
+        for template in self.per_type.values():
+            validate_template(template)
+
+    def path_for(self, identity: Identity, rtype: ResourceType, *, encrypted: bool = False) -> str:
+        template = self.per_type.get((rtype.group, rtype.resource), self.default)
+        path = template.format(
+            namespace=_segment(identity.namespace or CLUSTER_SCOPE),
+            group=_segment(rtype.group or CORE_GROUP),
+            version=_segment(rtype.version),
+            kind=_segment(identity.kind),
+            resource=_segment(rtype.resource),
+            name=_segment(identity.name),
+        )
+        path = posixpath.normpath(path)
+        if encrypted and not path.endswith(ENCRYPTED_SUFFIX):
+            path = path.removesuffix(".yaml") + ENCRYPTED_SUFFIX
+        return path
+
+
+def _segment(value: str) -> str:
+    """Object names may contain ':' (RBAC) but never '/'; keep them readable and safe."""
+    return value.replace("/", "_") if value not in ("", ".", "..") else f"_{value}_"
