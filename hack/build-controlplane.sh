@@ -22,11 +22,11 @@ trap 'rm -rf "$work"' EXIT
 minor="${KUBE_VERSION#v1.}"; minor="${minor%%.*}"
 staging="v0.${KUBE_VERSION#v1.}"
 
-build_kube() {
-  local mod="$work/kube"
-  cp -r "$here/controlplane/kube" "$mod"
+# Kubernetes points its staging modules at ./staging/src/k8s.io/<m>, which dependents ignore:
+# generate one replace line per staging module from kubernetes' own go.mod (run when bumping).
+generate_kube_gomod() {
+  local mod="$1" kmod
   go mod download -json "k8s.io/kubernetes@${KUBE_VERSION}" >/dev/null
-  local kmod
   kmod="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/${KUBE_VERSION}.mod"
   {
     echo "module kubescribe.io/controlplane/kube"
@@ -42,6 +42,16 @@ build_kube() {
     echo ")"
   } >"$mod/go.mod"
   (cd "$mod" && go mod tidy >/dev/null)
+  cp "$mod/go.mod" "$mod/go.sum" "$here/controlplane/kube/"
+}
+
+build_kube() {
+  local mod="$work/kube"
+  cp -r "$here/controlplane/kube" "$mod"
+  if ! grep -qE "^[[:space:]]*(require )?k8s.io/kubernetes ${KUBE_VERSION}( |$)" "$mod/go.mod"; then
+    generate_kube_gomod "$mod"
+  fi
+  (cd "$mod" && go mod download)
   local ld="-s -w -X k8s.io/component-base/version.gitVersion=${KUBE_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor}"
   (cd "$mod" && go build -ldflags "$ld" -o "$out/.kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
   mv "$out/.kube-apiserver.tmp" "$out/kube-apiserver"
@@ -52,8 +62,12 @@ build_kube() {
 build_etcd() {
   local mod="$work/etcd"
   cp -r "$here/controlplane/etcd" "$mod"
-  sed -i "s#^require go.etcd.io/etcd/server/v3 .*#require go.etcd.io/etcd/server/v3 ${ETCD_VERSION}#" "$mod/go.mod"
-  (cd "$mod" && go mod tidy >/dev/null)
+  if ! grep -q "go.etcd.io/etcd/server/v3 ${ETCD_VERSION}" "$mod/go.mod"; then
+    sed -i "s#go.etcd.io/etcd/server/v3 v[0-9.]*#go.etcd.io/etcd/server/v3 ${ETCD_VERSION}#" "$mod/go.mod"
+    (cd "$mod" && go mod tidy >/dev/null)
+    cp "$mod/go.mod" "$mod/go.sum" "$here/controlplane/etcd/"
+  fi
+  (cd "$mod" && go mod download)
   (cd "$mod" && go build -ldflags "-s -w" -o "$out/.etcd.tmp" go.etcd.io/etcd/server/v3)
   mv "$out/.etcd.tmp" "$out/etcd"
 }

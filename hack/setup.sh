@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs everything kubescribe's demo and tests need on a fresh machine (idempotent):
+# Debian packages, uv, the locked Python environment in .venv, and the test control plane.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(git redis-server age openssh-server openssh-client)
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+UV_VERSION=0.13.9
+if ! command -v uv >/dev/null || [ "$(uv --version | cut -d' ' -f2)" != "$UV_VERSION" ]; then
+  python3 -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
+fi
+uv sync --frozen --quiet
+
+command -v go >/dev/null || { echo "setup: Go is required to build the test control plane" >&2; exit 1; }
+start=$(date +%s)
+bin_dir=$(bash hack/build-controlplane.sh)
+echo "setup: control plane ready in $(( $(date +%s) - start ))s: $(basename "$bin_dir")" >&2

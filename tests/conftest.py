@@ -1,0 +1,59 @@
+"""Shared fixtures: a real control plane, a real Redis, a real bare Git remote."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kubescribe.devenv.controlplane import ControlPlane
+from kubescribe.devenv.gitremote import BareRemote
+from kubescribe.devenv.redis import RedisServer
+
+
+@pytest.fixture(scope="session")
+def controlplane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """One kube-apiserver + etcd per test worker (random ports, own temp dir).
+
+    Logs of a failed session are kept under the pytest temp dir (`controlplane*/`).
+    Tests that need kube-apiserver flags of their own (audit webhook) start a `ControlPlane`
+    directly with `ControlPlane(audit=AuditWebhook(...))`.
+    """
+    workdir = tmp_path_factory.mktemp("controlplane")
+    cp = ControlPlane(workdir=workdir, keep_workdir=True)
+    cp.start()
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+@pytest.fixture
+def namespace(controlplane: ControlPlane, request: pytest.FixtureRequest) -> str:
+    """A fresh namespace per test (there is no namespace controller to empty deleted ones)."""
+    base = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40].strip("-")
+    name = f"{base}-{uuid.uuid4().hex[:6]}"
+    controlplane.kubectl("create", "namespace", name)
+    return name
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> BareRemote:
+    """A bare repository with one empty commit on `main`, reachable over file://."""
+    return BareRemote.create(tmp_path / "remote.git")
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    if shutil.which("redis-server") is None and not os.environ.get("CI"):
+        pytest.skip("redis-server is not installed")
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
