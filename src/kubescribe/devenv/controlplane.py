@@ -179,11 +179,19 @@ class ControlPlane:
             return
         shutil.rmtree(self.workdir, ignore_errors=True)
 
+    def pids(self) -> dict[str, int]:
+        return {name: proc.pid for name, proc, _ in self._procs}
+
     # -- helpers ---------------------------------------------------------------------------
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         log = (self.workdir / f"{name}.log").open("wb")
         proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.workdir
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=self.workdir,
+            start_new_session=True,  # a Ctrl-C meant for a parent shell must not reach them
         )
         self._procs.append((name, proc, log))
         return proc
