@@ -1,0 +1,644 @@
+"""Models of the kubescribe.io/v1alpha1 resources: the single source of truth for the CRDs.
+
+Python names are snake_case, the wire format is camelCase (`model_validate` accepts both,
+`model_dump` emits camelCase). Field descriptions become CRD docs; CEL rules
+(`x-kubernetes-validations`) live next to the field they check, via `json_schema_extra`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Final, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
+
+GROUP: Final = "kubescribe.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = "kubescribe.io/v1alpha1"
+
+DEFAULT_CHANGE_MESSAGE: Final = "{operation} {kind} {ref}"
+DEFAULT_SNAPSHOT_MESSAGE: Final = (
+    "Snapshot {resource} in {scope}: {added} added, {updated} updated, {removed} removed"
+)
+DEFAULT_COMMITTER_NAME: Final = "kubescribe"
+DEFAULT_COMMITTER_EMAIL: Final = "kubescribe@users.noreply.local"
+
+Operation = Literal["CREATE", "UPDATE", "DELETE", "*"]
+PruneMode = Literal["Never", "OnEvent", "Always"]
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+def _cel(*rules: tuple[str, str]) -> JsonDict:
+    """`json_schema_extra` with CEL rules (`x-kubernetes-validations`) as `(rule, message)`."""
+    validations: list[Any] = [{"rule": rule, "message": message} for rule, message in rules]
+    return {"x-kubernetes-validations": validations}
+
+
+def _list_map(*keys: str) -> JsonDict:
+    """A list of objects that the API server merges and de-duplicates by `keys`."""
+    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}
+
+
+def _defaulted(model: type[BaseModel], description: str) -> Any:
+    """A nested object that the API server creates as `{}` so its own field defaults apply."""
+    return Field(default_factory=model, description=description, json_schema_extra={"default": {}})
+
+
+_IMMUTABLE = ("self == oldSelf", "is immutable")
+_NAME_RULE = (
+    "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",
+    "must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-' and '.')",
+)
+_NAMESPACE_RULE = (
+    "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",
+    "must be a lowercase RFC 1123 label (a-z, 0-9 and '-')",
+)
+_RELATIVE_PATH_RULES = (
+    ("!self.startsWith('/')", "must be relative (no leading '/')"),
+    ("!self.matches('(^|/)[.][.](/|$)')", "must not contain a '..' segment"),
+    (
+        "self == '.' || self.startsWith('/') || !self.matches('(^|/)[.]?(/|$)')",
+        "must not contain empty or '.' segments (use '.' alone for the repository root)",
+    ),
+)
+_BRANCH_RULES = (
+    (
+        r"!self.matches('[[:cntrl:] ~^:?*\\[\\\\]')",
+        "must not contain spaces, control characters or any of ~ ^ : ? * [ \\",
+    ),
+    (
+        "!self.startsWith('-') && !self.startsWith('/') && !self.startsWith('.')"
+        " && !self.endsWith('/') && !self.endsWith('.') && !self.endsWith('.lock')",
+        "must not start with '-', '/' or '.' and must not end with '/', '.' or '.lock'",
+    ),
+    (
+        "!self.contains('..') && !self.contains('//') && !self.contains('@{')"
+        " && !self.contains('/.') && !self.contains('.lock/') && self != '@'",
+        "must be a valid git branch name: no '..', '//', '@{', no component starting with '.'"
+        " or ending with '.lock'",
+    ),
+)
+_ResourceName = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=253,
+        json_schema_extra=_cel(
+            ("!self.contains('/')", "subresources (names containing '/') cannot be watched")
+        ),
+    ),
+]
+_AgeRecipient = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=4096,
+        json_schema_extra=_cel(
+            ("self.matches('^age1[0-9a-z]+$')", "must be an age recipient (age1…, lowercase)")
+        ),
+    ),
+]
+_PATH_TEMPLATE_DOC = (
+    "Path template relative to the target path, ending in `.yaml` (written as `.sops.yaml` when"
+    " encrypted). `{field}` placeholders (str.format, no format specs): `namespace` (`_cluster`"
+    " for cluster-scoped objects), `group` (`core` for the core group), `version`, `kind`,"
+    " `resource`, `name`."
+)
+
+
+class ApiModel(BaseModel):
+    """Base of all API models: camelCase aliases, unknown fields ignored."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True
+    )
+
+
+class LocalObjectReference(ApiModel):
+    """Reference to an object in the same namespace."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        description="Name of the object.",
+        json_schema_extra=_cel(_NAME_RULE),
+    )
+
+
+class NamespacedObjectReference(ApiModel):
+    """Reference to an object in a given namespace."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        description="Name of the object.",
+        json_schema_extra=_cel(_NAME_RULE),
+    )
+    namespace: str = Field(
+        min_length=1,
+        max_length=63,
+        description="Namespace of the object.",
+        json_schema_extra=_cel(_NAMESPACE_RULE),
+    )
+
+
+class ObjectMeta(ApiModel):
+    """The part of Kubernetes object metadata that kubescribe reads."""
+
+    name: str = ""
+    namespace: str | None = None
+    uid: str | None = None
+    resource_version: str | None = None
+    generation: int | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class Condition(ApiModel):
+    """Standard Kubernetes condition (metav1.Condition)."""
+
+    type: str = Field(
+        min_length=1, max_length=316, description="Type of the condition, e.g. `Ready`."
+    )
+    status: ConditionStatus = Field(description="Status of the condition: True, False or Unknown.")
+    reason: str = Field(
+        min_length=1,
+        max_length=1024,
+        pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+        description="Stable CamelCase reason for the last transition.",
+    )
+    message: str = Field(max_length=32768, description="Human-readable detail.")
+    last_transition_time: AwareDatetime = Field(description="When the status last changed.")
+    observed_generation: int | None = Field(
+        None, ge=0, description="The `.metadata.generation` this condition was computed for."
+    )
+
+
+class Status(ApiModel):
+    """Status fields shared by every kind."""
+
+    observed_generation: int | None = Field(
+        None, ge=0, description="The `.metadata.generation` the operator last reconciled."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready, Reconciling and Stalled (kstatus) plus domain conditions.",
+        json_schema_extra=_list_map("type"),
+    )
+
+
+# --- GitProvider --------------------------------------------------------------------------
+
+
+class Committer(ApiModel):
+    """Identity recorded as committer (authors come from attribution)."""
+
+    name: str = Field(DEFAULT_COMMITTER_NAME, min_length=1, description="Committer name.")
+    email: str = Field(DEFAULT_COMMITTER_EMAIL, min_length=1, description="Committer email.")
+
+
+class CommitMessages(ApiModel):
+    """Commit message templates (`{field}` placeholders, str.format syntax, no format specs)."""
+
+    change: str = Field(
+        DEFAULT_CHANGE_MESSAGE,
+        min_length=1,
+        description=(
+            "Message of a commit for observed changes. Fields: `operation` (CREATE, UPDATE or"
+            " DELETE), `kind`, `group`, `version`, `resource`, `namespace`, `name`, `ref`"
+            " (`namespace/name`, or `name` for cluster-scoped objects), `target` (GitTarget"
+            " name), `path` (file path in the repository)."
+        ),
+    )
+    snapshot: str = Field(
+        DEFAULT_SNAPSHOT_MESSAGE,
+        min_length=1,
+        description=(
+            "Message of a commit that reconciles a full snapshot of one type. Fields: `resource`,"
+            " `group`, `scope` (namespace, or `cluster`), `added`, `updated`, `removed` (document"
+            " counts), `target` (GitTarget name)."
+        ),
+    )
+
+
+class CommitSpec(ApiModel):
+    """How commits are made."""
+
+    committer: Committer = _defaulted(Committer, "Committer identity.")
+    message: CommitMessages = _defaulted(CommitMessages, "Commit message templates.")
+
+
+class GitProviderSpec(ApiModel):
+    """A Git repository and how to write to it."""
+
+    url: str = Field(
+        min_length=1,
+        max_length=2048,
+        description="Repository URL (https://, ssh:// or scp-like user@host:path). Immutable.",
+        json_schema_extra=_cel(_IMMUTABLE),
+    )
+    secret_ref: LocalObjectReference | None = Field(
+        None, description="Secret in the same namespace with the credentials for `url`."
+    )
+    allowed_branches: list[str] = Field(
+        default=["*"],
+        description="Glob patterns of the branches that GitTargets may write to.",
+    )
+    commit: CommitSpec = _defaulted(CommitSpec, "Committer identity and message templates.")
+
+
+class GitProviderStatus(Status):
+    """Observed state of a GitProvider."""
+
+    normalized_url: str | None = Field(
+        None, description="Canonical form of `url`; providers with the same one share writers."
+    )
+
+
+# --- GitTarget ----------------------------------------------------------------------------
+
+
+class TypePlacement(ApiModel):
+    """Path template for one resource type."""
+
+    group: str = Field("", max_length=253, description="API group; empty for the core group.")
+    resource: str = Field(
+        min_length=1, max_length=253, description="Plural resource name, e.g. `deployments`."
+    )
+    template: str = Field(
+        min_length=1,
+        max_length=1024,
+        description=_PATH_TEMPLATE_DOC,
+        json_schema_extra=_cel(
+            ("self.endsWith('.yaml')", "must end with .yaml"), *_RELATIVE_PATH_RULES
+        ),
+    )
+
+
+class Placement(ApiModel):
+    """Where documents go inside the target folder."""
+
+    default: str | None = Field(
+        None,
+        min_length=1,
+        max_length=1024,
+        description=(
+            f"{_PATH_TEMPLATE_DOC} Default: `{{namespace}}/{{group}}/{{resource}}/{{name}}.yaml`."
+        ),
+        json_schema_extra=_cel(
+            ("self.endsWith('.yaml')", "must end with .yaml"), *_RELATIVE_PATH_RULES
+        ),
+    )
+    types: list[TypePlacement] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Per-type templates; they take precedence over `default`.",
+        json_schema_extra=_list_map("group", "resource"),
+    )
+
+
+class PruneSpec(ApiModel):
+    """What happens to documents of objects that are gone from the cluster."""
+
+    mode: PruneMode = Field(
+        "Always",
+        description=(
+            "Never: documents are never removed. OnEvent: removed when a delete is observed."
+            " Always: also removed when a snapshot (start-up, re-list) no longer finds the object."
+        ),
+    )
+
+
+class SensitiveType(ApiModel):
+    """A resource type whose documents (or parts of them) are encrypted."""
+
+    group: str = Field("", max_length=253, description="API group; empty for the core group.")
+    resource: str = Field(min_length=1, max_length=253, description="Plural resource name.")
+    paths: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Dot paths of the values to encrypt, e.g. `spec.credentials`.",
+    )
+    whole_document: bool = Field(False, description="Encrypt every value of the document.")
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                "self.wholeDocument || (has(self.paths) && size(self.paths) > 0)",
+                "set paths or wholeDocument",
+            )
+        )
+    )
+
+
+class EncryptionSpec(ApiModel):
+    """SOPS (age) encryption of sensitive documents; core `secrets` are always sensitive."""
+
+    recipients: list[_AgeRecipient] = Field(
+        default_factory=list,
+        max_length=64,
+        description="age recipients (`age1…`) every sensitive document is encrypted to.",
+    )
+    age_key_secret_ref: LocalObjectReference | None = Field(
+        None,
+        description=(
+            "Secret in the same namespace whose `*.agekey` entries hold age identities; their"
+            " recipients are added to `recipients`."
+        ),
+    )
+    generate_when_missing: bool = Field(
+        False,
+        description="Generate an age identity into `ageKeySecretRef` when it holds none.",
+    )
+    sensitive_types: list[SensitiveType] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Further sensitive types, in addition to core `secrets`.",
+        json_schema_extra=_list_map("group", "resource"),
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                "(has(self.recipients) && size(self.recipients) > 0) || has(self.ageKeySecretRef)",
+                "needs recipients or ageKeySecretRef",
+            ),
+            (
+                "!self.generateWhenMissing || has(self.ageKeySecretRef)",
+                "generateWhenMissing needs ageKeySecretRef",
+            ),
+        )
+    )
+
+
+class GitTargetSpec(ApiModel):
+    """One folder on one branch of one GitProvider."""
+
+    provider_ref: LocalObjectReference = Field(description="GitProvider in the same namespace.")
+    branch: str = Field(
+        min_length=1,
+        max_length=255,
+        description=(
+            "Branch to write to (short name, e.g. `main`); must be allowed by the provider."
+            " Immutable."
+        ),
+        json_schema_extra=_cel(_IMMUTABLE, *_BRANCH_RULES),
+    )
+    path: str = Field(
+        ".",
+        min_length=1,
+        max_length=1024,
+        description="Folder in the repository, relative, `.` for the root. Immutable.",
+        json_schema_extra=_cel(_IMMUTABLE, *_RELATIVE_PATH_RULES),
+    )
+    placement: Placement = Field(
+        default_factory=Placement, description="Layout of documents inside `path`."
+    )
+    prune: PruneSpec = _defaulted(PruneSpec, "Removal of documents of deleted objects.")
+    suspend: bool = Field(False, description="Stop writing; changes are caught up on resume.")
+    encryption: EncryptionSpec | None = Field(
+        None, description="Encryption of sensitive documents; required to mirror Secrets."
+    )
+
+
+class EncryptionStatus(ApiModel):
+    """Encryption in effect."""
+
+    recipients: list[str] = Field(
+        default_factory=list, description="Effective age recipients (spec and key Secret)."
+    )
+
+
+class GitTargetStatus(Status):
+    """Observed state of a GitTarget."""
+
+    last_commit: str | None = Field(None, description="SHA of the last pushed commit.")
+    last_push_time: AwareDatetime | None = Field(None, description="Time of the last push.")
+    documents: int | None = Field(None, ge=0, description="Documents in the target folder.")
+    retained_documents: int | None = Field(
+        None,
+        ge=0,
+        description="Documents kept by the prune mode although their object is gone.",
+    )
+    streams: int | None = Field(None, ge=0, description="Watch streams feeding this target.")
+    encryption: EncryptionStatus | None = Field(None, description="Encryption in effect.")
+
+
+# --- WatchRule / ClusterWatchRule --------------------------------------------------------
+
+
+class LabelSelectorRequirement(ApiModel):
+    """A label selector requirement."""
+
+    key: str = Field(min_length=1, max_length=317, description="Label key.")
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
+        description="In, NotIn, Exists or DoesNotExist."
+    )
+    values: list[str] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Values; non-empty for In and NotIn, empty for Exists and DoesNotExist.",
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                "self.operator in ['In', 'NotIn']"
+                " ? (has(self.values) && size(self.values) > 0)"
+                " : (!has(self.values) || size(self.values) == 0)",
+                "values must be non-empty for In and NotIn and empty for Exists and DoesNotExist",
+            )
+        )
+    )
+
+
+class LabelSelector(ApiModel):
+    """Standard Kubernetes label selector; all requirements must match."""
+
+    match_labels: dict[str, str] = Field(
+        default_factory=dict, description="Labels that must have exactly these values."
+    )
+    match_expressions: list[LabelSelectorRequirement] = Field(
+        default_factory=list, max_length=64, description="Set-based requirements."
+    )
+
+
+class ClusterResourceRule(ApiModel):
+    """Which resources to mirror and which operations make commits."""
+
+    api_groups: list[str] = Field(
+        min_length=1,
+        max_length=64,
+        description='API groups; `""` is the core group, `*` any group.',
+    )
+    api_versions: list[str] = Field(
+        default=["*"],
+        min_length=1,
+        max_length=16,
+        description="API versions; `*` means the preferred version of each group.",
+    )
+    resources: list[_ResourceName] = Field(
+        min_length=1,
+        max_length=64,
+        description="Plural resource names (`deployments`), `*` for all; no subresources.",
+    )
+    operations: list[Operation] = Field(
+        default=["*"],
+        min_length=1,
+        max_length=4,
+        description="Operations that make commits: CREATE, UPDATE, DELETE or `*`.",
+    )
+    label_selector: LabelSelector | None = Field(
+        None, description="Only objects whose labels match; all objects when unset."
+    )
+
+
+class ResourceRule(ClusterResourceRule):
+    """Which namespaced resources to mirror, from which namespace."""
+
+    source_namespace: str | None = Field(
+        None,
+        min_length=1,
+        max_length=63,
+        description="Namespace to read from; defaults to the WatchRule's own namespace.",
+        json_schema_extra=_cel(_NAMESPACE_RULE),
+    )
+
+
+class WatchRuleSpec(ApiModel):
+    """Namespaced resources that feed a GitTarget in the same namespace."""
+
+    target_ref: LocalObjectReference = Field(description="GitTarget in the same namespace.")
+    rules: list[ResourceRule] = Field(
+        min_length=1,
+        max_length=64,
+        description="Resource rules; an object matching any is mirrored.",
+    )
+
+
+class ClusterWatchRuleSpec(ApiModel):
+    """Cluster-scoped resources that feed a GitTarget."""
+
+    target_ref: NamespacedObjectReference = Field(description="GitTarget (name and namespace).")
+    rules: list[ClusterResourceRule] = Field(
+        min_length=1,
+        max_length=64,
+        description="Resource rules; an object matching any is mirrored.",
+    )
+
+
+class WatchRuleStatus(Status):
+    """Observed state of a WatchRule or ClusterWatchRule."""
+
+    resolved_resources: list[str] = Field(
+        default_factory=list,
+        description="Resolved resources as `group/version/resource` (`v1/pods` for core).",
+    )
+
+
+# --- Objects ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Column:
+    """An `additionalPrinterColumns` entry."""
+
+    name: str
+    json_path: str
+    type: str = "string"
+    priority: int = 0
+
+
+_READY_COLUMNS: Final = (
+    Column("Ready", '.status.conditions[?(@.type=="Ready")].status'),
+    Column("Reason", '.status.conditions[?(@.type=="Ready")].reason'),
+)
+
+
+class ApiObject(ApiModel):
+    """A kubescribe object; subclasses declare `kind`, `spec`, `status` and CRD names."""
+
+    plural: ClassVar[str]
+    short_name: ClassVar[str]
+    namespaced: ClassVar[bool] = True
+    columns: ClassVar[tuple[Column, ...]]
+
+    api_version: Literal["kubescribe.io/v1alpha1"] = Field(
+        API_VERSION, description="Versioned schema of this representation of an object."
+    )
+    metadata: ObjectMeta = Field(
+        default_factory=ObjectMeta, description="Standard object metadata."
+    )
+
+
+class GitProvider(ApiObject):
+    """A Git repository: URL, credentials, allowed branches, commit identity and messages."""
+
+    plural = "gitproviders"
+    short_name = "gp"
+    columns = (Column("URL", ".spec.url"), *_READY_COLUMNS)
+
+    kind: Literal["GitProvider"] = Field("GitProvider", description="Kind of the object.")
+    spec: GitProviderSpec = Field(description="Desired state.")
+    status: GitProviderStatus = Field(
+        default_factory=GitProviderStatus, description="Observed state, written by the operator."
+    )
+
+
+class GitTarget(ApiObject):
+    """One folder on one branch of a GitProvider that kubescribe mirrors objects into."""
+
+    plural = "gittargets"
+    short_name = "gt"
+    columns = (
+        Column("Provider", ".spec.providerRef.name"),
+        Column("Branch", ".spec.branch"),
+        Column("Path", ".spec.path"),
+        *_READY_COLUMNS,
+        Column("Documents", ".status.documents", "integer"),
+        Column("Commit", ".status.lastCommit", priority=1),
+    )
+
+    kind: Literal["GitTarget"] = Field("GitTarget", description="Kind of the object.")
+    spec: GitTargetSpec = Field(description="Desired state.")
+    status: GitTargetStatus = Field(
+        default_factory=GitTargetStatus, description="Observed state, written by the operator."
+    )
+
+
+class WatchRule(ApiObject):
+    """Namespaced resources to mirror into a GitTarget of the same namespace."""
+
+    plural = "watchrules"
+    short_name = "wr"
+    columns = (Column("Target", ".spec.targetRef.name"), *_READY_COLUMNS)
+
+    kind: Literal["WatchRule"] = Field("WatchRule", description="Kind of the object.")
+    spec: WatchRuleSpec = Field(description="Desired state.")
+    status: WatchRuleStatus = Field(
+        default_factory=WatchRuleStatus, description="Observed state, written by the operator."
+    )
+
+
+class ClusterWatchRule(ApiObject):
+    """Cluster-scoped resources to mirror into a GitTarget."""
+
+    plural = "clusterwatchrules"
+    short_name = "cwr"
+    namespaced = False
+    columns = (
+        Column("Target", ".spec.targetRef.name"),
+        Column("Target Namespace", ".spec.targetRef.namespace"),
+        *_READY_COLUMNS,
+    )
+
+    kind: Literal["ClusterWatchRule"] = Field("ClusterWatchRule", description="Kind of the object.")
+    spec: ClusterWatchRuleSpec = Field(description="Desired state.")
+    status: WatchRuleStatus = Field(
+        default_factory=WatchRuleStatus, description="Observed state, written by the operator."
+    )
+
+
+KINDS: Final[tuple[type[ApiObject], ...]] = (GitProvider, GitTarget, WatchRule, ClusterWatchRule)

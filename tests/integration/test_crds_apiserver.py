@@ -1,0 +1,257 @@
+"""The generated CRDs on a real kube-apiserver: accepted, defaulted, and rejecting bad specs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from kubescribe.api.crds import crd_manifests, render_crds
+from kubescribe.api.models import (
+    DEFAULT_CHANGE_MESSAGE,
+    DEFAULT_SNAPSHOT_MESSAGE,
+    ClusterWatchRule,
+    GitProvider,
+    GitTarget,
+    WatchRule,
+)
+
+if TYPE_CHECKING:
+    from kubescribe.devenv.controlplane import ControlPlane
+
+pytestmark = pytest.mark.controlplane
+
+
+@pytest.fixture(scope="module")
+def cp(controlplane: ControlPlane) -> ControlPlane:
+    """The control plane with the kubescribe CRDs applied and Established."""
+    controlplane.kubectl("apply", "-f", "-", input=render_crds())
+    names = [f"crd/{crd['metadata']['name']}" for crd in crd_manifests()]
+    controlplane.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+    return controlplane
+
+
+def _scoped(kind: str, namespace: str) -> list[str]:
+    return [] if kind == "ClusterWatchRule" else ["-n", namespace]
+
+
+def _apply(
+    cp: ControlPlane, kind: str, spec: dict[str, Any], namespace: str, name: str = "x"
+) -> subprocess.CompletedProcess[str]:
+    manifest = {"apiVersion": "kubescribe.io/v1alpha1", "kind": kind, "metadata": {"name": name}}
+    return cp.kubectl(
+        "apply",
+        *_scoped(kind, namespace),
+        "-f",
+        "-",
+        input=json.dumps(manifest | {"spec": spec}),
+        check=False,
+    )
+
+
+def _get(cp: ControlPlane, kind: str, name: str, namespace: str) -> dict[str, Any]:
+    args = ["get", f"{kind.lower()}.kubescribe.io", name, *_scoped(kind, namespace), "-o", "json"]
+    result: dict[str, Any] = json.loads(cp.kubectl(*args).stdout)
+    return result
+
+
+MODELS: dict[str, type[GitProvider | GitTarget | WatchRule | ClusterWatchRule]] = {
+    model.__name__: model for model in (GitProvider, GitTarget, WatchRule, ClusterWatchRule)
+}
+PROVIDER = {"url": "https://git.example/org/repo.git"}
+TARGET = {"providerRef": {"name": "repo"}, "branch": "main"}
+RULES = [{"apiGroups": [""], "resources": ["configmaps"]}]
+
+
+def test_crds_are_established_and_stored_as_generated(cp: ControlPlane) -> None:
+    for crd in crd_manifests():
+        stored = json.loads(cp.kubectl("get", "crd", crd["metadata"]["name"], "-o", "json").stdout)
+        conditions = {c["type"]: c["status"] for c in stored["status"]["conditions"]}
+        assert conditions.get("Established") == "True"
+        assert "NonStructuralSchema" not in conditions
+        assert stored["spec"]["versions"] == crd["spec"]["versions"]
+
+
+def test_valid_objects_are_accepted_with_defaults(cp: ControlPlane, namespace: str) -> None:
+    cluster_rule = f"{namespace}-rule"
+    specs: dict[tuple[str, str], dict[str, Any]] = {
+        ("GitProvider", "repo"): PROVIDER,
+        ("GitTarget", "site"): TARGET,
+        ("WatchRule", "cms"): {"targetRef": {"name": "site"}, "rules": RULES},
+        ("ClusterWatchRule", cluster_rule): {
+            "targetRef": {"name": "site", "namespace": namespace},
+            "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"]}],
+        },
+    }
+    try:
+        for (kind, name), spec in specs.items():
+            done = _apply(cp, kind, spec, namespace, name)
+            assert done.returncode == 0, done.stderr
+
+        stored = {kind: _get(cp, kind, name, namespace) for kind, name in specs}
+        for kind, obj in stored.items():
+            # the model reads the server's defaults back unchanged
+            model = MODELS[kind].model_validate(obj).spec.model_dump(mode="json", exclude_none=True)
+            assert {key: model[key] for key in obj["spec"]} == obj["spec"]
+            assert model.keys() - obj["spec"].keys() <= {"placement"}
+
+        commit = stored["GitProvider"]["spec"]["commit"]
+        assert stored["GitProvider"]["spec"]["allowedBranches"] == ["*"]
+        assert commit == {
+            "committer": {"name": "kubescribe", "email": "kubescribe@users.noreply.local"},
+            "message": {"change": DEFAULT_CHANGE_MESSAGE, "snapshot": DEFAULT_SNAPSHOT_MESSAGE},
+        }
+        assert stored["GitTarget"]["spec"] == TARGET | {
+            "path": ".",
+            "prune": {"mode": "Always"},
+            "suspend": False,
+        }
+        for kind in ("WatchRule", "ClusterWatchRule"):
+            rule = stored[kind]["spec"]["rules"][0]
+            assert (rule["apiVersions"], rule["operations"]) == (["*"], ["*"])
+    finally:
+        cp.kubectl("delete", "clusterwatchrule", cluster_rule, "--ignore-not-found")
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec"),
+    [
+        ("GitTarget", TARGET | {"path": "clusters/prod/apps", "branch": "feature/x-1.2"}),
+        ("GitTarget", TARGET | {"placement": {"default": "{namespace}/{kind}-{name}.yaml"}}),
+        (
+            "GitTarget",
+            TARGET
+            | {
+                "encryption": {
+                    "ageKeySecretRef": {"name": "age"},
+                    "generateWhenMissing": True,
+                    "sensitiveTypes": [
+                        {"group": "example.io", "resource": "dbs", "paths": ["spec.password"]}
+                    ],
+                }
+            },
+        ),
+        (
+            "WatchRule",
+            {
+                "targetRef": {"name": "site"},
+                "rules": [
+                    {
+                        "apiGroups": ["*"],
+                        "resources": ["*"],
+                        "operations": ["CREATE", "DELETE"],
+                        "sourceNamespace": "other",
+                        "labelSelector": {
+                            "matchLabels": {"app": "web"},
+                            "matchExpressions": [{"key": "tier", "operator": "Exists"}],
+                        },
+                    }
+                ],
+            },
+        ),
+    ],
+    ids=["nested-path-and-branch", "placement", "encryption", "full-rule"],
+)
+def test_edge_cases_are_accepted(
+    cp: ControlPlane, namespace: str, kind: str, spec: dict[str, Any]
+) -> None:
+    done = _apply(cp, kind, spec, namespace)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec", "field"),
+    [
+        ("GitTarget", TARGET | {"path": "../x"}, "spec.path"),
+        ("GitTarget", TARGET | {"path": "a/../x"}, "spec.path"),
+        ("GitTarget", TARGET | {"path": "/abs"}, "spec.path"),
+        ("GitTarget", TARGET | {"path": "a//b"}, "spec.path"),
+        ("GitTarget", TARGET | {"path": "a/"}, "spec.path"),
+        ("GitTarget", TARGET | {"prune": {"mode": "Sometimes"}}, "spec.prune.mode"),
+        ("GitTarget", TARGET | {"branch": "a..b"}, "spec.branch"),
+        ("GitTarget", TARGET | {"branch": "-x"}, "spec.branch"),
+        ("GitTarget", TARGET | {"branch": "with space"}, "spec.branch"),
+        ("GitTarget", TARGET | {"branch": "x.lock"}, "spec.branch"),
+        ("GitTarget", TARGET | {"branch": "x/"}, "spec.branch"),
+        ("GitTarget", TARGET | {"providerRef": {"name": "Bad_Name"}}, "spec.providerRef.name"),
+        (
+            "GitTarget",
+            TARGET | {"placement": {"types": [{"resource": "pods", "template": "{name}.json"}]}},
+            "spec.placement.types[0].template",
+        ),
+        ("GitTarget", TARGET | {"encryption": {"generateWhenMissing": True}}, "spec.encryption"),
+        (
+            "GitTarget",
+            TARGET | {"encryption": {"recipients": ["ssh-ed25519 AAAA"]}},
+            "spec.encryption.recipients[0]",
+        ),
+        (
+            "GitTarget",
+            TARGET
+            | {"encryption": {"recipients": ["age1abc"], "sensitiveTypes": [{"resource": "dbs"}]}},
+            "spec.encryption.sensitiveTypes[0]",
+        ),
+        (
+            "WatchRule",
+            {
+                "targetRef": {"name": "t"},
+                "rules": [{"apiGroups": [""], "resources": ["configmaps/status"]}],
+            },
+            "spec.rules[0].resources[0]",
+        ),
+        ("WatchRule", {"targetRef": {"name": "t"}, "rules": []}, "spec.rules"),
+        (
+            "WatchRule",
+            {"targetRef": {"name": "t"}, "rules": [RULES[0] | {"operations": ["PATCH"]}]},
+            "spec.rules[0].operations[0]",
+        ),
+        (
+            "WatchRule",
+            {
+                "targetRef": {"name": "t"},
+                "rules": [
+                    RULES[0]
+                    | {"labelSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}
+                ],
+            },
+            "spec.rules[0].labelSelector.matchExpressions[0]",
+        ),
+        (
+            "ClusterWatchRule",
+            {"targetRef": {"name": "t"}, "rules": RULES},
+            "spec.targetRef.namespace",
+        ),
+    ],
+)
+def test_invalid_specs_are_rejected_by_the_api_server(
+    cp: ControlPlane, namespace: str, kind: str, spec: dict[str, Any], field: str
+) -> None:
+    done = _apply(cp, kind, spec, namespace, name=f"{namespace}-bad")
+    assert done.returncode != 0, f"{kind} {spec} was accepted"
+    assert field in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec", "change"),
+    [
+        ("GitProvider", PROVIDER, {"url": "https://git.example/org/other.git"}),
+        ("GitTarget", TARGET, {"branch": "other"}),
+        ("GitTarget", TARGET | {"path": "a"}, {"path": "b"}),
+    ],
+    ids=["url", "branch", "path"],
+)
+def test_immutable_fields_cannot_change(
+    cp: ControlPlane, namespace: str, kind: str, spec: dict[str, Any], change: dict[str, str]
+) -> None:
+    created = _apply(cp, kind, spec, namespace)
+    assert created.returncode == 0, created.stderr
+
+    done = _apply(cp, kind, spec | change, namespace)
+
+    (field,) = change
+    assert done.returncode != 0, f"{kind}.spec.{field} changed"
+    assert f"spec.{field}" in done.stderr
+    assert "is immutable" in done.stderr
+    assert _get(cp, kind, "x", namespace)["spec"][field] == spec[field]
