@@ -55,13 +55,12 @@ _REASON = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
 _MAX_MESSAGE = 32768
 
 
-def set_condition(
+def set_condition(  # noqa: PLR0917 (positional order is the documented contract)
     conditions: list[dict[str, Any]],
     type: str,
     status: ConditionStatus,
     reason: str,
     message: str,
-    *,
     generation: int,
     now: str,
 ) -> list[dict[str, Any]]:
