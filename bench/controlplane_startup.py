@@ -26,7 +26,9 @@ def main(starts: int, cold_build: bool) -> None:
         os.environ["KUBESCRIBE_CACHE"] = tempfile.mkdtemp(prefix="kubescribe-cache-")
     t0 = time.monotonic()
     bins = binaries_dir()
-    result["build_seconds" if cold_build else "build_check_seconds"] = round(time.monotonic() - t0, 3)
+    result["build_seconds" if cold_build else "build_check_seconds"] = round(
+        time.monotonic() - t0, 3
+    )
     times = []
     for _ in range(starts):
         with tempfile.TemporaryDirectory() as tmp:

@@ -26,7 +26,9 @@ RELISTS = Counter(
 )
 STREAMS = Gauge("kubescribe_watch_streams", "Watch streams running.", registry=REGISTRY)
 COMMITS = Counter(
-    "kubescribe_commits_total", "Commits created, by kind (change, snapshot).", ["kind"],
+    "kubescribe_commits_total",
+    "Commits created, by kind (change, snapshot).",
+    ["kind"],
     registry=REGISTRY,
 )
 PUSHES = Counter(
@@ -51,7 +53,9 @@ REFUSED = Counter(
     registry=REGISTRY,
 )
 DOCUMENTS = Gauge(
-    "kubescribe_target_documents", "Documents in a GitTarget's folder.", ["target"],
+    "kubescribe_target_documents",
+    "Documents in a GitTarget's folder.",
+    ["target"],
     registry=REGISTRY,
 )
 RETAINED = Gauge(

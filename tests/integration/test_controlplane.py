@@ -21,7 +21,9 @@ from kubescribe.devenv.pki import CertificateAuthority
 pytestmark = pytest.mark.controlplane
 
 
-def _watch_events(cp: ControlPlane, path: str, until: str, timeout: float = 10) -> list[dict[str, Any]]:
+def _watch_events(
+    cp: ControlPlane, path: str, until: str, timeout: float = 10
+) -> list[dict[str, Any]]:
     host, port = cp.server.removeprefix("https://").split(":")
     conn = http.client.HTTPSConnection(host, int(port), context=cp.ssl_context(), timeout=timeout)
     conn.request("GET", path)
@@ -42,7 +44,9 @@ def _watch_events(cp: ControlPlane, path: str, until: str, timeout: float = 10) 
 
 
 def test_configmap_round_trip_and_watch(controlplane: ControlPlane, namespace: str) -> None:
-    listed = controlplane.kubectl("get", "--raw", f"/api/v1/namespaces/{namespace}/configmaps").stdout
+    listed = controlplane.kubectl(
+        "get", "--raw", f"/api/v1/namespaces/{namespace}/configmaps"
+    ).stdout
     start_rv = json.loads(listed)["metadata"]["resourceVersion"]
 
     controlplane.kubectl("create", "configmap", "demo", "-n", namespace, "--from-literal=a=1")

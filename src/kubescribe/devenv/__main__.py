@@ -41,7 +41,9 @@ def _stop(pid: int, timeout: float = 10) -> None:
 
 
 @click.group()
-@click.option("--dir", "workdir", default=".devenv", show_default=True, type=click.Path(path_type=Path))
+@click.option(
+    "--dir", "workdir", default=".devenv", show_default=True, type=click.Path(path_type=Path)
+)
 @click.pass_context
 def main(ctx: click.Context, workdir: Path) -> None:
     """A local control plane and Git remote for the demo, benchmarks and manual poking."""
@@ -56,7 +58,9 @@ def up(workdir: Path) -> None:
     if state_file.exists():
         state = json.loads(state_file.read_text())
         if all(_alive(pid) for pid in state["pids"].values()):
-            click.echo(f"already running\nkubeconfig: {state['kubeconfig']}\nremote: {state['remote']}")
+            click.echo(
+                f"already running\nkubeconfig: {state['kubeconfig']}\nremote: {state['remote']}"
+            )
             return
         _down(workdir)
     workdir.mkdir(parents=True, exist_ok=True)

@@ -106,7 +106,10 @@ def kubeconfig_yaml(server: str, ca_pem: bytes, user: KeyPair, name: str = "kube
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [
-            {"name": name, "cluster": {"server": server, "certificate-authority-data": _b64(ca_pem)}}
+            {
+                "name": name,
+                "cluster": {"server": server, "certificate-authority-data": _b64(ca_pem)},
+            }
         ],
         "users": [
             {
@@ -254,7 +257,10 @@ class ControlPlane:
             "clusters": [
                 {
                     "name": "audit",
-                    "cluster": {"server": hook.url, "certificate-authority-data": _b64(hook.ca_pem)},
+                    "cluster": {
+                        "server": hook.url,
+                        "certificate-authority-data": _b64(hook.ca_pem),
+                    },
                 }
             ],
             "users": [{"name": "audit", "user": user}],

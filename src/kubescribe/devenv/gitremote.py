@@ -53,7 +53,9 @@ class BareRemote:
 
     def tip(self, branch: str | None = None) -> str | None:
         try:
-            return git("rev-parse", "--verify", "--quiet", branch or self.branch, cwd=self.path).strip()
+            return git(
+                "rev-parse", "--verify", "--quiet", branch or self.branch, cwd=self.path
+            ).strip()
         except RuntimeError:
             return None
 
@@ -65,22 +67,32 @@ class BareRemote:
     def read(self, path: str, branch: str | None = None) -> str:
         return git("show", f"{branch or self.branch}:{path}", cwd=self.path)
 
-    def log(self, branch: str | None = None, fmt: str = "%H%x1f%an%x1f%ae%x1f%cn%x1f%ce%x1f%B%x1e") -> list[dict[str, str]]:
+    def log(
+        self, branch: str | None = None, fmt: str = "%H%x1f%an%x1f%ae%x1f%cn%x1f%ce%x1f%B%x1e"
+    ) -> list[dict[str, str]]:
         """Commits newest first, with sha, author/committer name and email, and message."""
         out = git("log", f"--format={fmt}", branch or self.branch, cwd=self.path)
         commits = []
-        for record in out.split("\x1e"):
-            record = record.strip("\n")
+        for raw in out.split("\x1e"):
+            record = raw.strip("\n")
             if not record:
                 continue
             sha, an, ae, cn, ce, msg = record.split("\x1f")
             commits.append(
-                {"sha": sha, "author": an, "author_email": ae, "committer": cn,
-                 "committer_email": ce, "message": msg.strip()}
+                {
+                    "sha": sha,
+                    "author": an,
+                    "author_email": ae,
+                    "committer": cn,
+                    "committer_email": ce,
+                    "message": msg.strip(),
+                }
             )
         return commits
 
-    def commit_foreign(self, path: str, content: str, message: str, branch: str | None = None) -> str:
+    def commit_foreign(
+        self, path: str, content: str, message: str, branch: str | None = None
+    ) -> str:
         """Push a commit made by someone else: add or replace one file on the branch tip."""
         ref = branch or self.branch
         scratch = self.path.parent / f".{self.path.name}-foreign"

@@ -55,7 +55,11 @@ def identity_of(obj: Mapping[str, Any]) -> Identity | None:
     api_version = obj.get("apiVersion")
     kind = obj.get("kind")
     meta = obj.get("metadata")
-    if not isinstance(api_version, str) or not isinstance(kind, str) or not isinstance(meta, Mapping):
+    if (
+        not isinstance(api_version, str)
+        or not isinstance(kind, str)
+        or not isinstance(meta, Mapping)
+    ):
         return None
     name = meta.get("name")
     namespace = meta.get("namespace") or ""

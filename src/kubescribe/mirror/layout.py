@@ -29,7 +29,9 @@ def validate_template(template: str) -> None:
             continue
         if name not in TEMPLATE_FIELDS:
             allowed = ", ".join(sorted(TEMPLATE_FIELDS))
-            raise LayoutError(f"template {template!r}: unknown field {{{name}}} (allowed: {allowed})")
+            raise LayoutError(
+                f"template {template!r}: unknown field {{{name}}} (allowed: {allowed})"
+            )
         if spec or conversion:
             raise LayoutError(f"template {template!r}: format specs are not allowed")
     if not template.endswith(".yaml"):

@@ -10,7 +10,18 @@ DEFAULT_SNAPSHOT_TEMPLATE = (
     "Snapshot {resource} in {scope}: {added} added, {updated} updated, {removed} removed"
 )
 CHANGE_FIELDS = frozenset(
-    {"operation", "kind", "group", "version", "resource", "namespace", "name", "ref", "target", "path"}
+    {
+        "operation",
+        "kind",
+        "group",
+        "version",
+        "resource",
+        "namespace",
+        "name",
+        "ref",
+        "target",
+        "path",
+    }
 )
 SNAPSHOT_FIELDS = frozenset({"resource", "group", "scope", "added", "updated", "removed", "target"})
 

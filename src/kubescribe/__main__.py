@@ -1,0 +1,3 @@
+from kubescribe.cli import main
+
+main()

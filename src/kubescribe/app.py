@@ -1,0 +1,32 @@
+"""Wire the operator together: API client, health/metrics server, manager."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import structlog
+
+from kubescribe.controller.manager import Manager, Settings
+from kubescribe.kube.client import KubeClient
+from kubescribe.server.health import health_app, serve
+
+log = structlog.get_logger(__name__)
+
+
+async def run_operator(
+    kubeconfig: Path | None, context: str | None, cache_dir: Path, metrics_addr: str
+) -> None:
+    client = await KubeClient.connect(kubeconfig, context)
+    manager = Manager(client, Settings(cache_dir=cache_dir))
+    runner = None
+    if metrics_addr:
+        host, _, port = metrics_addr.rpartition(":")
+        runner = await serve(health_app(lambda: manager.synced), host or "0.0.0.0", int(port))
+    log.info("operator.started", server=client.host)
+    try:
+        await manager.run()
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+        await client.close()
+        log.info("operator.stopped")

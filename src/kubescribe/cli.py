@@ -1,0 +1,80 @@
+"""`kubescribe run | crds | snapshot | version`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+import click
+import structlog
+
+from kubescribe import __version__
+from kubescribe import logging as klog
+from kubescribe.api.crds import render_crds
+from kubescribe.app import run_operator
+
+log = structlog.get_logger(__name__)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """kubescribe keeps a Git repository as a clean mirror of the Kubernetes API."""
+
+
+@main.command()
+def version() -> None:
+    """Print the version."""
+    click.echo(f"kubescribe {__version__}")
+
+
+@main.command()
+def crds() -> None:
+    """Print the CustomResourceDefinitions (multi-document YAML, for kubectl apply -f -)."""
+    click.echo(render_crds(), nl=False)
+
+
+@main.command()
+@click.option(
+    "--kubeconfig",
+    type=click.Path(exists=True, path_type=Path),
+    envvar="KUBECONFIG",
+    help="Kubeconfig file; in-cluster service account when omitted.",
+)
+@click.option("--context", default=None, help="Kubeconfig context.")
+@click.option(
+    "--cache-dir",
+    type=click.Path(path_type=Path),
+    default=Path("/tmp/kubescribe-cache"),
+    show_default=True,
+    help="Object cache for Git (never trusted as state).",
+)
+@click.option(
+    "--metrics-addr",
+    default="127.0.0.1:8080",
+    show_default=True,
+    help="host:port for /metrics, /healthz and /readyz ('' to disable).",
+)
+@click.option("--log-level", default="info", show_default=True)
+def run(
+    kubeconfig: Path | None, context: str | None, cache_dir: Path, metrics_addr: str, log_level: str
+) -> None:
+    """Run the operator until SIGTERM/SIGINT; pending writes are flushed on the way out."""
+    klog.configure(log_level)
+    asyncio.run(_until_signal(run_operator(kubeconfig, context, cache_dir, metrics_addr)))
+
+
+async def _until_signal(main_coro: Coroutine[Any, Any, None]) -> None:
+    task = asyncio.ensure_future(main_coro)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,309 @@
+"""From the kubescribe objects in the cluster and discovery to what should run (pure).
+
+`compile_plan` decides, for every GitProvider, GitTarget and (Cluster)WatchRule, whether it is
+valid and why not, and which watch streams feed which target. It does no I/O, so every status
+reason is easy to test.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from kubescribe.api.models import (
+    ClusterResourceRule,
+    ClusterWatchRuleSpec,
+    GitProviderSpec,
+    GitTargetSpec,
+    WatchRuleSpec,
+)
+from kubescribe.controller.streams import StreamSpec, merge_operations
+from kubescribe.git.repo import normalize_url
+from kubescribe.kube.discovery import Discovered
+from kubescribe.mirror import messages
+from kubescribe.mirror.changes import PruneMode, TargetKey
+from kubescribe.mirror.layout import DEFAULT_TEMPLATE, Layout, LayoutError, normalize_target_path
+from kubescribe.mirror.layout import paths_overlap as overlap
+from kubescribe.mirror.noise import NoisePolicy
+
+ObjKey = tuple[str, str]  # (namespace, name); namespace '' for cluster-scoped objects
+
+
+@dataclass(frozen=True)
+class Problem:
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ProviderPlan:
+    key: ObjKey
+    generation: int
+    spec: GitProviderSpec | None
+    normalized_url: str = ""
+    problem: Problem | None = None
+
+
+@dataclass(frozen=True)
+class TargetPlan:
+    key: TargetKey
+    generation: int
+    spec: GitTargetSpec | None
+    provider: ProviderPlan | None = None
+    folder: str = ""
+    layout: Layout = field(default_factory=Layout)
+    problem: Problem | None = None
+    path_problem: Problem | None = None
+
+    @property
+    def writable(self) -> bool:
+        return (
+            self.problem is None
+            and self.path_problem is None
+            and self.spec is not None
+            and not self.spec.suspend
+        )
+
+    @property
+    def worker_key(self) -> tuple[str, str]:
+        assert self.provider is not None and self.spec is not None
+        return self.provider.normalized_url, self.spec.branch
+
+    @property
+    def prune(self) -> PruneMode:
+        return PruneMode(self.spec.prune.mode if self.spec else "Always")
+
+
+@dataclass(frozen=True)
+class RulePlan:
+    kind: str
+    key: ObjKey
+    generation: int
+    target: TargetKey | None
+    resolved: tuple[str, ...] = ()
+    unresolved: tuple[str, ...] = ()
+    problem: Problem | None = None
+
+
+@dataclass
+class Plan:
+    providers: dict[ObjKey, ProviderPlan] = field(default_factory=dict)
+    targets: dict[TargetKey, TargetPlan] = field(default_factory=dict)
+    rules: dict[tuple[str, ObjKey], RulePlan] = field(default_factory=dict)
+    streams: dict[str, StreamSpec] = field(default_factory=dict)
+
+    def streams_of(self, target: TargetKey) -> list[StreamSpec]:
+        return [s for s in self.streams.values() if s.target == target]
+
+
+def _key(obj: Mapping[str, Any]) -> ObjKey:
+    meta = obj["metadata"]
+    return str(meta.get("namespace") or ""), str(meta["name"])
+
+
+def _generation(obj: Mapping[str, Any]) -> int:
+    return int(obj["metadata"].get("generation") or 0)
+
+
+def _invalid(exc: ValidationError) -> Problem:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return Problem("InvalidSpec", f"spec.{where}: {first['msg']}")
+
+
+def plan_provider(obj: Mapping[str, Any]) -> ProviderPlan:
+    key, gen = _key(obj), _generation(obj)
+    try:
+        spec = GitProviderSpec.model_validate(obj.get("spec") or {})
+    except ValidationError as exc:
+        return ProviderPlan(key, gen, None, problem=_invalid(exc))
+    try:
+        messages.validate(spec.commit.message.change, messages.CHANGE_FIELDS)
+        messages.validate(spec.commit.message.snapshot, messages.SNAPSHOT_FIELDS)
+    except messages.TemplateError as exc:
+        return ProviderPlan(key, gen, spec, problem=Problem("InvalidTemplate", str(exc)))
+    return ProviderPlan(key, gen, spec, normalized_url=normalize_url(spec.url))
+
+
+def _plan_target(obj: Mapping[str, Any], providers: Mapping[ObjKey, ProviderPlan]) -> TargetPlan:
+    ns, name = _key(obj)
+    key, gen = TargetKey(ns, name), _generation(obj)
+    try:
+        spec = GitTargetSpec.model_validate(obj.get("spec") or {})
+    except ValidationError as exc:
+        return TargetPlan(key, gen, None, problem=_invalid(exc))
+    provider = providers.get((ns, spec.provider_ref.name))
+    if provider is None:
+        problem = Problem("ProviderNotFound", f"GitProvider {spec.provider_ref.name!r} not found")
+        return TargetPlan(key, gen, spec, problem=problem)
+    if provider.problem is not None or provider.spec is None:
+        problem = Problem("ProviderNotReady", f"GitProvider {spec.provider_ref.name!r} is invalid")
+        return TargetPlan(key, gen, spec, provider, problem=problem)
+    allowed = provider.spec.allowed_branches
+    if not any(fnmatch.fnmatchcase(spec.branch, glob) for glob in allowed):
+        problem = Problem(
+            "BranchNotAllowed",
+            f"branch {spec.branch!r} is not in the provider's allowedBranches {allowed}",
+        )
+        return TargetPlan(key, gen, spec, provider, problem=problem)
+    try:
+        folder = normalize_target_path(spec.path)
+        layout = Layout(
+            default=spec.placement.default or DEFAULT_TEMPLATE,
+            per_type={(t.group, t.resource): t.template for t in spec.placement.types},
+        )
+    except LayoutError as exc:
+        return TargetPlan(key, gen, spec, provider, problem=Problem("InvalidTemplate", str(exc)))
+    return TargetPlan(key, gen, spec, provider, folder, layout)
+
+
+def _reject_overlaps(targets: list[TargetPlan], order: Mapping[TargetKey, tuple[str, ...]]) -> None:
+    """Two targets on one branch may not share a folder: the older one keeps it."""
+    accepted: dict[tuple[str, str], list[TargetPlan]] = {}
+    for i, plan in sorted(enumerate(targets), key=lambda p: order[p[1].key]):
+        if plan.problem is not None:
+            continue
+        same_branch = accepted.setdefault(plan.worker_key, [])
+        clash = next((o for o in same_branch if overlap(o.folder, plan.folder)), None)
+        if clash is None:
+            same_branch.append(plan)
+            continue
+        targets[i] = TargetPlan(
+            plan.key,
+            plan.generation,
+            plan.spec,
+            plan.provider,
+            plan.folder,
+            plan.layout,
+            path_problem=Problem(
+                "PathOverlap",
+                f"path {plan.folder or '.'!r} overlaps GitTarget {clash.key} "
+                f"(path {clash.folder or '.'!r}) on branch {plan.worker_key[1]!r}",
+            ),
+        )
+
+
+def _matches(rule: ClusterResourceRule, item: Discovered, explicit: set[str]) -> bool:
+    rtype = item.rtype
+    groups, versions = rule.api_groups, rule.api_versions
+    if "*" not in groups and rtype.group not in groups:
+        return False
+    if "*" in versions:
+        if not item.preferred:
+            return False
+    elif rtype.version not in versions:
+        return False
+    return "*" in rule.resources or rtype.resource in explicit
+
+
+def _resolve(
+    rule: ClusterResourceRule,
+    discovered: Iterable[Discovered],
+    namespaced: bool,
+    noise: NoisePolicy,
+) -> tuple[list[Discovered], list[str]]:
+    explicit = {r for r in rule.resources if r != "*"}
+    found: list[Discovered] = []
+    seen_resources: set[str] = set()
+    for item in discovered:
+        if not _matches(rule, item, explicit) or item.rtype.namespaced != namespaced:
+            continue
+        if item.rtype.resource not in explicit and noise.drops_type(
+            item.rtype.group, item.rtype.resource
+        ):
+            continue  # a wildcard does not open streams for types that are all noise
+        found.append(item)
+        seen_resources.add(item.rtype.resource)
+    return found, sorted(explicit - seen_resources)
+
+
+def compile_plan(
+    providers: Iterable[Mapping[str, Any]],
+    targets: Iterable[Mapping[str, Any]],
+    watch_rules: Iterable[Mapping[str, Any]],
+    cluster_watch_rules: Iterable[Mapping[str, Any]],
+    discovered: list[Discovered],
+    noise: NoisePolicy,
+) -> Plan:
+    plan = Plan()
+    for obj in providers:
+        p = plan_provider(obj)
+        plan.providers[p.key] = p
+    target_objs = list(targets)
+    target_plans = [_plan_target(obj, plan.providers) for obj in target_objs]
+    order = {
+        tp.key: (str(obj["metadata"].get("creationTimestamp", "")), tp.key.namespace, tp.key.name)
+        for tp, obj in zip(target_plans, target_objs, strict=True)
+    }
+    _reject_overlaps(target_plans, order)
+    plan.targets = {tp.key: tp for tp in target_plans}
+
+    merged: dict[str, list[tuple[StreamSpec, list[str]]]] = {}
+
+    def add_rules(
+        kind: str, obj: Mapping[str, Any], spec_type: type[Any], namespaced: bool
+    ) -> None:
+        key, gen = _key(obj), _generation(obj)
+        try:
+            spec = spec_type.model_validate(obj.get("spec") or {})
+        except ValidationError as exc:
+            plan.rules[(kind, key)] = RulePlan(kind, key, gen, None, problem=_invalid(exc))
+            return
+        ref = spec.target_ref
+        target_key = TargetKey(getattr(ref, "namespace", None) or key[0], ref.name)
+        target = plan.targets.get(target_key)
+        if target is None:
+            missing_target = Problem("TargetNotFound", f"GitTarget {target_key} not found")
+            plan.rules[(kind, key)] = RulePlan(kind, key, gen, target_key, problem=missing_target)
+            return
+        resolved: list[str] = []
+        unresolved: list[str] = []
+        for rule in spec.rules:
+            namespace = (getattr(rule, "source_namespace", None) or key[0]) if namespaced else ""
+            items, missing = _resolve(rule, discovered, namespaced, noise)
+            unresolved += missing
+            selector = (
+                rule.label_selector.model_dump(by_alias=True) if rule.label_selector else None
+            )
+            for item in items:
+                resolved.append(item.rtype.gvr)
+                spec_ = StreamSpec(target_key, item.rtype, namespace, (selector,), frozenset())
+                merged.setdefault(spec_.key, []).append((spec_, list(rule.operations)))
+        problem = None
+        if not resolved:
+            problem = Problem(
+                "NoMatchingResources",
+                "no served resource matches the rules"
+                + (f" (not found: {', '.join(sorted(set(unresolved)))})" if unresolved else ""),
+            )
+        plan.rules[(kind, key)] = RulePlan(
+            kind,
+            key,
+            gen,
+            target_key,
+            tuple(sorted(set(resolved))),
+            tuple(sorted(set(unresolved))),
+            problem,
+        )
+
+    for obj in watch_rules:
+        add_rules("WatchRule", obj, WatchRuleSpec, True)
+    for obj in cluster_watch_rules:
+        add_rules("ClusterWatchRule", obj, ClusterWatchRuleSpec, False)
+
+    for stream_key, parts in merged.items():
+        first = parts[0][0]
+        if not plan.targets[first.target].writable:
+            continue
+        plan.streams[stream_key] = StreamSpec(
+            first.target,
+            first.rtype,
+            first.namespace,
+            tuple(p[0].selectors[0] for p in parts),
+            merge_operations([ops for _, ops in parts]),
+        )
+    return plan

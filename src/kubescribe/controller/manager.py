@@ -1,0 +1,383 @@
+"""The operator's main loop: watch kubescribe objects, plan, run streams and branch workers,
+and report status."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from kubescribe import metrics
+from kubescribe.api import conditions as c
+from kubescribe.controller.desired import Plan, TargetPlan, compile_plan
+from kubescribe.controller.status import Cond, StatusWriter, kstatus
+from kubescribe.controller.streams import StreamSpec, TargetStream
+from kubescribe.git.worker import BranchWorker, Committer, PlainRenderer, TargetConfig, WriteReport
+from kubescribe.kube.client import KubeClient
+from kubescribe.kube.discovery import Discovered, discover
+from kubescribe.kube.informer import Informer, ObjectKey
+from kubescribe.mirror.changes import Cursor, TargetKey
+from kubescribe.mirror.identity import ResourceType
+from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY, NoisePolicy
+
+log = structlog.get_logger(__name__)
+
+OWN_TYPES = {
+    "GitProvider": ResourceType("kubescribe.io", "v1alpha1", "gitproviders", "GitProvider", True),
+    "GitTarget": ResourceType("kubescribe.io", "v1alpha1", "gittargets", "GitTarget", True),
+    "WatchRule": ResourceType("kubescribe.io", "v1alpha1", "watchrules", "WatchRule", True),
+    "ClusterWatchRule": ResourceType(
+        "kubescribe.io", "v1alpha1", "clusterwatchrules", "ClusterWatchRule", False
+    ),
+}
+DISCOVERY_TRIGGERS = (
+    ResourceType(
+        "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
+    ),
+    ResourceType("apiregistration.k8s.io", "v1", "apiservices", "APIService", False),
+)
+
+
+@dataclass
+class Settings:
+    cache_dir: Path
+    discovery_grace: float = 60.0
+    discovery_interval: float = 300.0
+    noise: NoisePolicy = DEFAULT_NOISE_POLICY
+
+
+class _Cache:
+    """An informer sink that keeps the current objects and pokes the reconcile loop."""
+
+    def __init__(self, poke: asyncio.Event) -> None:
+        self.objects: dict[ObjectKey, dict[str, Any]] = {}
+        self.poke = poke
+
+    async def on_snapshot(
+        self, objects: Mapping[ObjectKey, dict[str, Any]], deleted: set[ObjectKey], rv: str
+    ) -> None:
+        self.objects = dict(objects)
+        self.poke.set()
+
+    async def on_event(self, event_type: str, obj: dict[str, Any], rv: str) -> None:
+        meta = obj["metadata"]
+        key = (meta.get("namespace") or "", meta["name"])
+        if event_type == "DELETED":
+            self.objects.pop(key, None)
+        else:
+            self.objects[key] = obj
+        self.poke.set()
+
+
+@dataclass
+class _Running:
+    spec: StreamSpec
+    informer: Informer
+    task: asyncio.Task[None]
+
+
+@dataclass
+class Manager:
+    client: KubeClient
+    settings: Settings
+    plan: Plan = field(default_factory=Plan)
+
+    def __post_init__(self) -> None:
+        client = self.client
+        self._poke = asyncio.Event()
+        self._caches = {kind: _Cache(self._poke) for kind in OWN_TYPES}
+        self._discovery_poke = asyncio.Event()
+        self._discovered: dict[tuple[str, str, str], tuple[Discovered, float]] = {}
+        self._streams: dict[str, _Running] = {}
+        self._workers: dict[tuple[str, str], BranchWorker] = {}
+        self._reports: dict[TargetKey, WriteReport] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._status = StatusWriter(client)
+        self.synced = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Run until cancelled; on cancellation flush the branch workers."""
+        try:
+            await self._refresh_discovery()
+            own = [
+                Informer(self.client, rtype, self._caches[kind])
+                for kind, rtype in OWN_TYPES.items()
+            ]
+            triggers = [
+                Informer(self.client, rtype, _Trigger(self._discovery_poke))
+                for rtype in DISCOVERY_TRIGGERS
+            ]
+            self._tasks = [asyncio.create_task(i.run()) for i in own + triggers]
+            self._tasks.append(asyncio.create_task(self._discovery_loop()))
+            await asyncio.gather(*(i.synced.wait() for i in own))
+            while True:
+                await self._reconcile()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._poke.wait(), timeout=10)
+                self._poke.clear()
+                await asyncio.sleep(0.05)  # coalesce bursts of object events
+        finally:
+            await self.shutdown()
+
+    async def shutdown(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for running in self._streams.values():
+            running.task.cancel()
+        self._streams.clear()
+        await asyncio.gather(
+            *(w.stop(timeout=20) for w in self._workers.values()), return_exceptions=True
+        )
+        self._workers.clear()
+
+    # -- discovery -------------------------------------------------------------------------
+    async def _discovery_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._discovery_poke.wait(), self.settings.discovery_interval
+                )
+            self._discovery_poke.clear()
+            await asyncio.sleep(0.5)  # a CRD is served a moment after it is created
+            try:
+                await self._refresh_discovery()
+            except Exception as exc:
+                log.warning("discovery.failed", error=str(exc))
+                continue
+            self._poke.set()
+
+    async def _refresh_discovery(self) -> None:
+        now = time.monotonic()
+        for item in await discover(self.client):
+            rt = item.rtype
+            self._discovered[(rt.group, rt.version, rt.resource)] = (item, now)
+        grace = self.settings.discovery_grace
+        vanished = [k for k, (_, seen) in self._discovered.items() if seen < now]
+        for key in vanished:
+            if now - self._discovered[key][1] > grace:
+                log.info("discovery.type_dropped", gvr="/".join(key))
+                del self._discovered[key]
+        if any(k in self._discovered for k in vanished):
+            # Re-check once the grace period is over, so a settled removal is dropped.
+            asyncio.get_running_loop().call_later(grace + 1, self._discovery_poke.set)
+
+    # -- reconcile -------------------------------------------------------------------------
+    async def _reconcile(self) -> None:
+        caches = self._caches
+        self.plan = compile_plan(
+            caches["GitProvider"].objects.values(),
+            caches["GitTarget"].objects.values(),
+            caches["WatchRule"].objects.values(),
+            caches["ClusterWatchRule"].objects.values(),
+            [item for item, _ in self._discovered.values()],
+            self.settings.noise,
+        )
+        self._apply_workers()
+        self._apply_streams()
+        self.synced = all(r.informer.synced.is_set() for r in self._streams.values())
+        await self._write_statuses()
+
+    def _apply_workers(self) -> None:
+        by_worker: dict[tuple[str, str], list[TargetPlan]] = {}
+        for target in self.plan.targets.values():
+            if target.writable:
+                by_worker.setdefault(target.worker_key, []).append(target)
+        for key, worker in list(self._workers.items()):
+            if key not in by_worker:
+                del self._workers[key]
+                self._tasks.append(asyncio.create_task(_stop(worker)))
+        for key, targets in by_worker.items():
+            existing = self._workers.get(key)
+            provider = targets[0].provider
+            assert provider is not None and provider.spec is not None
+            if existing is None:
+                committer = provider.spec.commit.committer
+                worker = BranchWorker(
+                    url=provider.spec.url,
+                    branch=key[1],
+                    cache_dir=self.settings.cache_dir,
+                    committer=Committer(committer.name, committer.email),
+                    on_report=self._on_report,
+                    on_pushed=self._on_pushed,
+                )
+                self._workers[key] = worker
+                worker.start()
+            else:
+                worker = existing
+            worker.configure([self._target_config(t) for t in targets])
+
+    def _target_config(self, target: TargetPlan) -> TargetConfig:
+        assert target.spec is not None and target.provider is not None and target.provider.spec
+        messages = target.provider.spec.commit.message
+        return TargetConfig(
+            key=target.key,
+            folder=target.folder,
+            layout=target.layout,
+            prune=target.prune,
+            renderer=PlainRenderer(),
+            change_template=messages.change,
+            snapshot_template=messages.snapshot,
+        )
+
+    def _apply_streams(self) -> None:
+        wanted = self.plan.streams
+        for key, running in list(self._streams.items()):
+            if wanted.get(key) != running.spec:
+                running.task.cancel()
+                del self._streams[key]
+        for key, spec in wanted.items():
+            if key in self._streams:
+                continue
+            worker = self._workers[self.plan.targets[spec.target].worker_key]
+            sink = TargetStream(spec, self.settings.noise, worker.submit)
+            informer = Informer(
+                self.client,
+                spec.rtype,
+                sink,
+                namespace=spec.namespace,
+                label_selector=spec.server_selector,
+            )
+            self._streams[key] = _Running(spec, informer, asyncio.create_task(informer.run()))
+        metrics.STREAMS.set(len(self._streams))
+
+    def _on_report(self, report: WriteReport) -> None:
+        self._reports[report.target] = report
+        self._poke.set()
+
+    def _on_pushed(self, cursors: list[Cursor]) -> None:
+        """The ack seam: a durable cursor store (HA) records these; in memory nothing to do."""
+
+    # -- status ----------------------------------------------------------------------------
+    async def _write_statuses(self) -> None:
+        caches, plan = self._caches, self.plan
+        for key, obj in list(caches["GitProvider"].objects.items()):
+            p = plan.providers.get(key)
+            if p is None:
+                continue
+            domain = [Cond(c.VALIDATED, "True", c.VALIDATED, "Spec is valid")]
+            if p.problem:
+                domain = [Cond(c.VALIDATED, "False", p.problem.reason, p.problem.message)]
+            await self._status.write(
+                obj,
+                "gitproviders",
+                domain + kstatus(domain, progressing=None),
+                {"normalizedUrl": p.normalized_url} if p.normalized_url else {},
+            )
+        for (ns, name), obj in list(caches["GitTarget"].objects.items()):
+            t = plan.targets.get(TargetKey(ns, name))
+            if t is not None:
+                conds, extra = self._target_status(t)
+                await self._status.write(obj, "gittargets", conds, extra)
+        for kind, plural in (
+            ("WatchRule", "watchrules"),
+            ("ClusterWatchRule", "clusterwatchrules"),
+        ):
+            for key, obj in list(caches[kind].objects.items()):
+                r = plan.rules.get((kind, key))
+                if r is None:
+                    continue
+                domain = [Cond(c.VALIDATED, "True", c.VALIDATED, "Rules resolved")]
+                if r.problem:
+                    domain = [Cond(c.VALIDATED, "False", r.problem.reason, r.problem.message)]
+                elif r.target and not plan.targets[r.target].writable:
+                    domain = [
+                        Cond(
+                            c.VALIDATED,
+                            "True",
+                            "TargetNotReady",
+                            f"GitTarget {r.target} is not ready",
+                        )
+                    ]
+                await self._status.write(
+                    obj,
+                    plural,
+                    domain + kstatus(domain, progressing=None),
+                    {"resolvedResources": list(r.resolved)},
+                )
+
+    def _target_status(self, t: TargetPlan) -> tuple[list[Cond], dict[str, Any]]:
+        domain: list[Cond] = []
+        if t.problem:
+            domain.append(Cond(c.VALIDATED, "False", t.problem.reason, t.problem.message))
+        elif t.path_problem:
+            domain.append(Cond(c.VALIDATED, "False", t.path_problem.reason, t.path_problem.message))
+        else:
+            domain.append(Cond(c.VALIDATED, "True", c.VALIDATED, "Spec is valid"))
+        if t.path_problem:
+            domain.append(
+                Cond(c.GIT_PATH_ACCEPTED, "False", t.path_problem.reason, t.path_problem.message)
+            )
+        elif t.problem is None:
+            domain.append(
+                Cond(
+                    c.GIT_PATH_ACCEPTED,
+                    "True",
+                    c.GIT_PATH_ACCEPTED,
+                    f"Writing to {t.folder or '.'}",
+                )
+            )
+        streams = [
+            self._streams[s.key] for s in self.plan.streams_of(t.key) if s.key in self._streams
+        ]
+        synced = sum(1 for r in streams if r.informer.synced.is_set())
+        progressing = None
+        extra: dict[str, Any] = {"streams": len(streams)}
+        if t.spec is not None and t.spec.suspend and t.problem is None:
+            domain.append(
+                Cond(c.READY, "False", c.SUSPENDED, "Writes are suspended (spec.suspend)")
+            )
+            return domain + kstatus(domain, progressing=None)[1:], extra
+        if t.writable:
+            domain.append(
+                Cond(
+                    c.STREAMS_RUNNING,
+                    "True" if synced == len(streams) else "False",
+                    c.STREAMS_RUNNING if synced == len(streams) else c.PROGRESSING,
+                    f"{synced}/{len(streams)} watch streams synced",
+                )
+            )
+            report = self._reports.get(t.key)
+            if report is None:
+                progressing = "Waiting for the first write"
+            else:
+                extra.update(documents=report.documents, retainedDocuments=report.retained)
+                if report.commit:
+                    extra["lastCommit"] = report.commit
+                if report.ok:
+                    domain.append(Cond(c.PUSHED, "True", c.PUSHED, report.message or "Up to date"))
+                else:
+                    domain.append(Cond(c.PUSHED, "False", report.reason, report.message))
+            if synced < len(streams):
+                progressing = f"{synced}/{len(streams)} watch streams synced"
+        return domain + kstatus(
+            [d for d in domain if d.type != c.STREAMS_RUNNING], progressing=progressing
+        ), extra
+
+
+async def _stop(worker: BranchWorker) -> None:
+    await worker.stop(timeout=20)
+
+
+class _Trigger:
+    """A sink that only signals: discovery must be refreshed."""
+
+    def __init__(self, poke: asyncio.Event) -> None:
+        self.poke = poke
+        self._synced = False
+
+    async def on_snapshot(
+        self, objects: Mapping[ObjectKey, dict[str, Any]], deleted: set[ObjectKey], rv: str
+    ) -> None:
+        if self._synced:
+            self.poke.set()
+        self._synced = True
+
+    async def on_event(self, event_type: str, obj: dict[str, Any], rv: str) -> None:
+        self.poke.set()

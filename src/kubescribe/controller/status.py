@@ -1,0 +1,171 @@
+"""Status of kubescribe objects: conditions from the plan and the branch workers, patched only
+when something changed, with a Kubernetes Event on every Ready transition."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from kubescribe.api import conditions as c
+from kubescribe.api.models import ConditionStatus
+from kubescribe.kube.client import ApiError, KubeClient
+
+log = structlog.get_logger(__name__)
+GROUP_VERSION = "kubescribe.io/v1alpha1"
+
+
+@dataclass(frozen=True)
+class Cond:
+    type: str
+    status: ConditionStatus
+    reason: str
+    message: str
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def kstatus(domain: Sequence[Cond], *, progressing: str | None) -> list[Cond]:
+    """Ready / Reconciling / Stalled from the domain conditions (kstatus conventions).
+
+    The first False domain condition decides Ready; it is Stalled when its reason needs a
+    user's change, otherwise the object is still Reconciling."""
+    failing = next((d for d in domain if d.status == "False"), None)
+    if failing is not None:
+        stalled = failing.reason in c.STALLED_REASONS
+        return [
+            Cond(c.READY, "False", failing.reason, failing.message),
+            Cond(
+                c.STALLED,
+                "True" if stalled else "False",
+                failing.reason if stalled else "Ok",
+                failing.message if stalled else "",
+            ),
+            Cond(
+                c.RECONCILING,
+                "False" if stalled else "True",
+                "Ok" if stalled else failing.reason,
+                "" if stalled else failing.message,
+            ),
+        ]
+    if progressing:
+        return [
+            Cond(c.READY, "Unknown", c.PROGRESSING, progressing),
+            Cond(c.STALLED, "False", "Ok", ""),
+            Cond(c.RECONCILING, "True", c.PROGRESSING, progressing),
+        ]
+    return [
+        Cond(c.READY, "True", "Ready", "Ready"),
+        Cond(c.STALLED, "False", "Ok", ""),
+        Cond(c.RECONCILING, "False", "Ok", ""),
+    ]
+
+
+def status_path(plural: str, namespace: str, name: str) -> str:
+    if namespace:
+        return f"/apis/{GROUP_VERSION}/namespaces/{namespace}/{plural}/{name}/status"
+    return f"/apis/{GROUP_VERSION}/{plural}/{name}/status"
+
+
+def build_status(
+    current: Mapping[str, Any], conds: Sequence[Cond], generation: int, extra: Mapping[str, Any]
+) -> dict[str, Any]:
+    now = now_rfc3339()
+    conditions: list[dict[str, Any]] = list(current.get("conditions") or [])
+    for cond in conds:
+        conditions = c.set_condition(
+            conditions,
+            cond.type,
+            cond.status,
+            cond.reason,
+            cond.message,
+            generation,
+            now,
+        )
+    wanted = {cond.type for cond in conds}
+    conditions = [x for x in conditions if x["type"] in wanted]
+    return {**extra, "observedGeneration": generation, "conditions": conditions}
+
+
+def _ready(status: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    return next((x for x in status.get("conditions") or [] if x.get("type") == c.READY), None)
+
+
+class StatusWriter:
+    """Patches `.status` when it differs from what was last written or read."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self.client = client
+
+    async def write(
+        self,
+        obj: Mapping[str, Any],
+        plural: str,
+        conds: Sequence[Cond],
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        meta = obj["metadata"]
+        namespace, name = meta.get("namespace") or "", meta["name"]
+        current = obj.get("status") or {}
+        status = build_status(current, conds, int(meta.get("generation") or 0), extra or {})
+        if _comparable(status) == _comparable(current):
+            return
+        try:
+            await self.client.merge_patch(status_path(plural, namespace, name), {"status": status})
+        except ApiError as exc:
+            if exc.status != 404:
+                log.warning(
+                    "status.patch_failed", kind=obj.get("kind"), name=name, error=exc.message
+                )
+            return
+        before, after = _ready(current), _ready(status)
+        if after and (before is None or before.get("status") != after["status"]):
+            await self._event(obj, after)
+
+    async def _event(self, obj: Mapping[str, Any], ready: Mapping[str, Any]) -> None:
+        meta = obj["metadata"]
+        namespace = meta.get("namespace") or "default"
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": GROUP_VERSION,
+                "kind": obj.get("kind"),
+                "name": meta["name"],
+                "namespace": meta.get("namespace") or "",
+                "uid": meta.get("uid"),
+            },
+            "reason": ready["reason"],
+            "message": ready["message"] or ready["reason"],
+            "type": "Normal" if ready["status"] == "True" else "Warning",
+            "source": {"component": "kubescribe"},
+            "firstTimestamp": now_rfc3339(),
+            "lastTimestamp": now_rfc3339(),
+            "eventTime": now,
+            "reportingComponent": "kubescribe",
+            "reportingInstance": "kubescribe",
+            "action": "Reconcile",
+            "count": 1,
+        }
+        try:
+            await self.client.request("POST", f"/api/v1/namespaces/{namespace}/events", body=event)
+        except ApiError as exc:
+            log.debug("status.event_failed", error=exc.message)
+
+
+def _comparable(status: Mapping[str, Any]) -> Any:
+    conds = sorted(
+        (
+            (x["type"], x["status"], x["reason"], x["message"], x.get("observedGeneration"))
+            for x in status.get("conditions") or []
+        ),
+    )
+    rest = {k: v for k, v in status.items() if k != "conditions"}
+    return conds, rest

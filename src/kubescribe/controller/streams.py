@@ -1,0 +1,137 @@
+"""From watch events to the branch worker: filter, sanitize, and shape changes and snapshots."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kubescribe import metrics
+from kubescribe.kube.informer import ObjectKey
+from kubescribe.mirror.changes import Change, Cursor, Operation, Snapshot, TargetKey
+from kubescribe.mirror.identity import Identity, ResourceType
+from kubescribe.mirror.noise import NoisePolicy
+from kubescribe.mirror.sanitize import sanitize
+from kubescribe.mirror.selectors import selector_matches, selector_query
+
+_OPERATIONS = {"ADDED": Operation.CREATE, "MODIFIED": Operation.UPDATE, "DELETED": Operation.DELETE}
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """One watch stream of one target: a type in one namespace (or all / cluster scope).
+
+    `selectors` are the label selectors of every rule feeding this stream (None in the tuple =
+    a rule without a selector, which selects everything).
+    """
+
+    target: TargetKey
+    rtype: ResourceType
+    namespace: str
+    selectors: tuple[Mapping[str, Any] | None, ...]
+    operations: frozenset[Operation]
+
+    @property
+    def key(self) -> str:
+        return f"{self.target}|{self.rtype.gvr}|{self.namespace or '*'}"
+
+    @property
+    def server_selector(self) -> str | None:
+        """Pushed to the API server only when every rule agrees on one selector."""
+        queries = {selector_query(s) for s in self.selectors}
+        return queries.pop() if len(queries) == 1 else None
+
+    def selects(self, labels: Mapping[str, str]) -> bool:
+        return any(selector_matches(s, labels) for s in self.selectors)
+
+
+class TargetStream:
+    """The informer's sink for one StreamSpec."""
+
+    def __init__(
+        self,
+        spec: StreamSpec,
+        noise: NoisePolicy,
+        submit: Callable[[Change | Snapshot], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.spec = spec
+        self.noise = noise
+        self.submit = submit
+        self.clock = clock
+
+    def _identity(self, namespace: str, name: str) -> Identity:
+        rtype = self.spec.rtype
+        return Identity(rtype.group, rtype.kind, namespace if rtype.namespaced else "", name)
+
+    def _keep(self, obj: Mapping[str, Any]) -> bool:
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        if not self.spec.selects(labels):
+            return False
+        reason = self.noise.classify(
+            obj, group=self.spec.rtype.group, resource=self.spec.rtype.resource
+        )
+        if reason is not None:
+            metrics.FILTERED.labels(reason).inc()
+            return False
+        return True
+
+    def _document(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        doc = sanitize(obj)
+        doc.setdefault("apiVersion", self.spec.rtype.api_version)
+        doc.setdefault("kind", self.spec.rtype.kind)
+        return doc
+
+    async def on_snapshot(
+        self, objects: Mapping[ObjectKey, dict[str, Any]], deleted: set[ObjectKey], rv: str
+    ) -> None:
+        documents = {
+            self._identity(ns, name): self._document(obj)
+            for (ns, name), obj in objects.items()
+            if self._keep(obj)
+        }
+        ops = self.spec.operations
+        gone = (
+            frozenset(self._identity(*k) for k in deleted)
+            if Operation.DELETE in ops
+            else frozenset()
+        )
+        self.submit(
+            Snapshot(
+                target=self.spec.target,
+                rtype=self.spec.rtype,
+                namespace=self.spec.namespace if self.spec.rtype.namespaced else "",
+                documents=documents,
+                observed_at=self.clock(),
+                deleted=gone,
+                cursor=Cursor(self.spec.key, rv),
+            )
+        )
+
+    async def on_event(self, event_type: str, obj: dict[str, Any], rv: str) -> None:
+        operation = _OPERATIONS.get(event_type)
+        if operation is None or operation not in self.spec.operations:
+            return
+        meta = obj.get("metadata") or {}
+        if operation is not Operation.DELETE and not self._keep(obj):
+            return
+        self.submit(
+            Change(
+                target=self.spec.target,
+                operation=operation,
+                identity=self._identity(str(meta.get("namespace") or ""), str(meta["name"])),
+                rtype=self.spec.rtype,
+                document=None if operation is Operation.DELETE else self._document(obj),
+                observed_at=self.clock(),
+                cursor=Cursor(self.spec.key, rv),
+            )
+        )
+
+
+def merge_operations(lists: Sequence[Sequence[str]]) -> frozenset[Operation]:
+    ops: set[Operation] = set()
+    for names in lists:
+        for name in names or ["*"]:
+            ops.update(Operation) if name == "*" else ops.add(Operation(name))
+    return frozenset(ops)

@@ -1,0 +1,203 @@
+"""Our own watch loop for one (resource type, namespace scope, label selector).
+
+Initial state comes from a `sendInitialEvents` watch (LIST fallback) and is delivered as one
+snapshot; then live events. Bookmarks are requested; a stream silent for `idle_timeout` is
+dead. On 410 Gone we re-list and report which objects vanished during the gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiohttp
+import structlog
+
+from kubescribe import metrics
+from kubescribe.kube.client import ApiError, KubeClient
+from kubescribe.mirror.identity import ResourceType
+
+log = structlog.get_logger(__name__)
+
+ObjectKey = tuple[str, str]  # (namespace, name)
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
+class Gone(Exception):
+    """The resource version we watch from is too old (HTTP 410)."""
+
+
+class StreamSink(Protocol):
+    async def on_snapshot(
+        self, objects: Mapping[ObjectKey, dict[str, Any]], deleted: set[ObjectKey], rv: str
+    ) -> None: ...
+
+    async def on_event(self, event_type: str, obj: dict[str, Any], rv: str) -> None: ...
+
+
+def key_of(obj: Mapping[str, Any]) -> ObjectKey:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def resource_path(rtype: ResourceType, namespace: str) -> str:
+    base = f"/apis/{rtype.group}/{rtype.version}" if rtype.group else f"/api/{rtype.version}"
+    if namespace and rtype.namespaced:
+        return f"{base}/namespaces/{namespace}/{rtype.resource}"
+    return f"{base}/{rtype.resource}"
+
+
+@dataclass
+class Backoff:
+    initial: float = 0.2
+    maximum: float = 30.0
+    current: float = 0.0
+
+    def next(self) -> float:
+        self.current = min(self.maximum, self.current * 2 if self.current else self.initial)
+        return self.current * random.uniform(0.8, 1.2)
+
+    def reset(self) -> None:
+        self.current = 0.0
+
+
+class Informer:
+    """Runs until cancelled; never gives up (errors back off, bounded)."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        rtype: ResourceType,
+        sink: StreamSink,
+        *,
+        namespace: str = "",
+        label_selector: str | None = None,
+        idle_timeout: float = 70.0,
+        server_timeout: int = 300,
+        page_size: int = 500,
+    ) -> None:
+        self.client = client
+        self.rtype = rtype
+        self.sink = sink
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.idle_timeout = idle_timeout
+        self.server_timeout = server_timeout
+        self.page_size = page_size
+        self.path = resource_path(rtype, namespace)
+        self.rv: str | None = None
+        self.synced = asyncio.Event()
+        self._known: dict[ObjectKey, str] = {}
+        self._watch_list = True
+
+    def _params(self) -> dict[str, str]:
+        params = {
+            "watch": "1",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(int(self.server_timeout * random.uniform(0.8, 1.0))),
+        }
+        if self.label_selector:
+            params["labelSelector"] = self.label_selector
+        return params
+
+    async def run(self) -> None:
+        backoff = Backoff()
+        gvr = self.rtype.gvr
+        while True:
+            try:
+                if self.rv is None and not self._watch_list:
+                    await self._relist()
+                await self._watch(backoff)
+                metrics.WATCH_RESTARTS.labels(gvr, "timeout").inc()
+            except Gone:
+                metrics.RELISTS.labels(gvr).inc()
+                metrics.WATCH_RESTARTS.labels(gvr, "gone").inc()
+                log.info("watch.gone", gvr=gvr, namespace=self.namespace)
+                self.rv = None
+            except (aiohttp.ServerTimeoutError, TimeoutError):
+                metrics.WATCH_RESTARTS.labels(gvr, "dead").inc()
+                log.warning("watch.dead", gvr=gvr, namespace=self.namespace)
+            except ApiError as exc:
+                if self.rv is None and self._watch_list and exc.status in (400, 403, 422):
+                    # The server refuses sendInitialEvents (or the feature is off): LIST instead.
+                    log.info("watch.list_fallback", gvr=gvr, reason=exc.reason)
+                    self._watch_list = False
+                    continue
+                metrics.WATCH_RESTARTS.labels(gvr, "error").inc()
+                log.warning("watch.error", gvr=gvr, status=exc.status, error=exc.message)
+                await asyncio.sleep(backoff.next())
+            except (aiohttp.ClientError, OSError, ValueError) as exc:
+                metrics.WATCH_RESTARTS.labels(gvr, "error").inc()
+                log.warning("watch.error", gvr=gvr, error=str(exc) or type(exc).__name__)
+                await asyncio.sleep(backoff.next())
+
+    async def _snapshot(self, objects: dict[ObjectKey, dict[str, Any]], rv: str) -> None:
+        deleted = set(self._known) - set(objects)
+        self._known = {k: str(o["metadata"].get("resourceVersion", "")) for k, o in objects.items()}
+        self.rv = rv
+        await self.sink.on_snapshot(objects, deleted, rv)
+        self.synced.set()
+
+    async def _relist(self) -> None:
+        objects: dict[ObjectKey, dict[str, Any]] = {}
+        params: dict[str, str] = {"limit": str(self.page_size)}
+        if self.label_selector:
+            params["labelSelector"] = self.label_selector
+        while True:
+            page = await self.client.get(self.path, params=params, timeout=120)
+            kind = self.rtype.kind
+            api_version = self.rtype.api_version
+            for item in page.get("items") or []:
+                item.setdefault("kind", kind)
+                item.setdefault("apiVersion", api_version)
+                objects[key_of(item)] = item
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                break
+            params["continue"] = token
+        await self._snapshot(objects, str(page["metadata"]["resourceVersion"]))
+
+    async def _watch(self, backoff: Backoff) -> None:
+        params = self._params()
+        initial: dict[ObjectKey, dict[str, Any]] | None = None
+        if self.rv is None:
+            params.update(
+                sendInitialEvents="true", resourceVersionMatch="NotOlderThan", resourceVersion=""
+            )
+            initial = {}
+        else:
+            params["resourceVersion"] = self.rv
+        gvr = self.rtype.gvr
+        async for event in self.client.watch(self.path, params, idle_timeout=self.idle_timeout):
+            event_type = event.get("type", "")
+            obj = event.get("object") or {}
+            if event_type == "ERROR":
+                if obj.get("code") == 410:
+                    raise Gone()
+                raise ApiError(
+                    int(obj.get("code") or 500), obj.get("reason", ""), obj.get("message", "")
+                )
+            backoff.reset()
+            rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+            if event_type == "BOOKMARK":
+                annotations = (obj.get("metadata") or {}).get("annotations") or {}
+                if initial is not None and annotations.get(INITIAL_EVENTS_END) == "true":
+                    await self._snapshot(initial, rv)
+                    initial = None
+                elif initial is None:
+                    self.rv = rv
+                continue
+            metrics.WATCH_EVENTS.labels(gvr, event_type).inc()
+            key = key_of(obj)
+            if initial is not None:
+                initial[key] = obj
+                continue
+            if event_type == "DELETED":
+                self._known.pop(key, None)
+            else:
+                self._known[key] = rv
+            self.rv = rv
+            await self.sink.on_event(event_type, obj, rv)

@@ -1,0 +1,50 @@
+"""End-to-end fixtures: CRDs installed once per control plane, the operator as a process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from kubescribe.api.crds import render_crds
+from kubescribe.devenv.controlplane import ControlPlane
+from tests.support import Operator
+
+pytestmark = pytest.mark.controlplane
+
+
+@pytest.fixture(scope="session")
+def crds(controlplane: ControlPlane) -> ControlPlane:
+    controlplane.apply(render_crds())
+    for plural in ("gitproviders", "gittargets", "watchrules", "clusterwatchrules"):
+        controlplane.kubectl(
+            "wait", "--for=condition=Established", f"crd/{plural}.kubescribe.io", "--timeout=30s"
+        )
+    return controlplane
+
+
+@pytest.fixture
+def operator(
+    crds: ControlPlane, tmp_path: Path, namespace: str
+) -> Iterator[Callable[..., Operator]]:
+    """Start `kubescribe run` (call it; extra CLI args allowed). Stopped and cleaned up after."""
+    started: list[Operator] = []
+
+    def start(*extra: str) -> Operator:
+        op = Operator(crds, tmp_path / "operator", *extra).start()
+        started.append(op)
+        return op
+
+    yield start
+    for op in started:
+        op.stop()
+    crds.kubectl(
+        "delete",
+        "gitproviders,gittargets,watchrules",
+        "--all",
+        "-n",
+        namespace,
+        "--wait=false",
+        check=False,
+    )
