@@ -36,6 +36,14 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
 
 
+def stays(check: Callable[[], bool], seconds: float = 1.0, what: str = "condition") -> None:
+    """A negative check: `check` must hold on every poll for `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert check(), f"{what} stopped holding"
+        time.sleep(0.05)
+
+
 class Operator:
     """`kubescribe run` as a child process with its JSON logs in a file."""
 
