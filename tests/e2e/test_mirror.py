@@ -65,7 +65,8 @@ def test_backfill_then_one_commit_per_change(
     cp.kubectl("create", "configmap", "fresh", "-n", ns, "--from-literal=a=1")
     wait_for(lambda: cm_path(ns, "fresh") in remote.files(), what="created file")
     assert remote.read(cm_path(ns, "fresh")) == (
-        f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fresh\n  namespace: {ns}\ndata:\n  a: '1'\n"
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fresh\n"
+        f"  namespace: {ns}\ndata:\n  a: '1'\n"
     )
     cp.kubectl("patch", "configmap", "fresh", "-n", ns, "-p", '{"data":{"a":"2"}}')
     wait_for(lambda: "a: '2'" in remote.read(cm_path(ns, "fresh")), what="updated file")
