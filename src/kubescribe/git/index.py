@@ -1,0 +1,176 @@
+"""Which document lives where: identity -> (path, blob) for one target folder in one tree.
+
+Git is never read as the authority for what an object contains, but it is the authority for
+*where* a document lives: a file a human moved or created at a custom path is found by the
+identity it holds and edited in place.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pygit2
+import yaml
+from pygit2.enums import FileMode
+
+from kubescribe.mirror.identity import Identity, identity_from_header, identity_of
+from kubescribe.mirror.yamlfmt import load_yaml
+
+_BLOB_MODES = frozenset({FileMode.BLOB, FileMode.BLOB_EXECUTABLE})
+
+# A header value the emitter would have written unquoted. Anything else (a trailing
+# comment, an anchor, a block scalar indicator) may mean something else: parse the file.
+_PLAIN_VALUE = re.compile(r"[^\s&*!|>%@`{\[]\S*")
+# A document separator or end marker at the start of a line: possibly several documents.
+_DOCUMENT_MARKER = re.compile(rb"^(?:---|\.\.\.)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A document's file: path relative to the repository root, and its blob."""
+
+    path: str
+    oid: pygit2.Oid
+
+
+def identify(data: bytes) -> Identity | None:
+    """The identity a file holds; None for anything that is not one Kubernetes object
+    (other YAML, multi-document files, invalid YAML)."""
+    if _DOCUMENT_MARKER.search(data) is None:
+        found = identity_from_header(data)
+        values = (found.group, found.kind, found.namespace, found.name) if found else ()
+        if found is not None and all(_PLAIN_VALUE.fullmatch(v) for v in values if v):
+            return found
+    try:
+        obj = load_yaml(data)
+    except (yaml.YAMLError, ValueError):  # ValueError: not UTF-8
+        return None
+    return identity_of(obj) if isinstance(obj, dict) else None
+
+
+class TargetIndex:
+    """identity -> Entry for the `*.yaml` files under one folder ('' = repository root).
+
+    `tree_id` is the id of the folder's tree the index describes (None: the folder does not
+    exist). Files that hold no identity are remembered by path so nothing overwrites them.
+    When two files hold the same identity, the first in tree order is the document and the
+    others are listed in `duplicates` and left alone.
+    """
+
+    def __init__(self, folder: str, tree_id: pygit2.Oid | None = None) -> None:
+        self.folder = folder
+        self.tree_id = tree_id
+        self._entries: dict[Identity, Entry] = {}
+        self._by_path: dict[str, Identity | None] = {}
+        self._unidentified: set[pygit2.Oid] = set()
+        self.duplicates: list[str] = []
+
+    @classmethod
+    def build(
+        cls,
+        repo: pygit2.Repository,
+        root: pygit2.Oid | None,
+        folder: str,
+        previous: TargetIndex | None = None,
+    ) -> TargetIndex:
+        """Index `folder` in the root tree `root`. Blobs already known to `previous` are not
+        read again, so re-indexing after a fetch costs only the new blobs."""
+        tree_id = folder_tree(repo, root, folder)
+        index = cls(folder, tree_id)
+        if tree_id is None:
+            return index
+        known: dict[pygit2.Oid, Identity | None] = {}
+        if previous is not None:
+            known.update((e.oid, ident) for ident, e in previous._entries.items())
+            known.update(dict.fromkeys(previous._unidentified))
+        prefix = f"{folder}/" if folder else ""
+        index._walk(repo, repo[tree_id], prefix, known)
+        return index
+
+    def _walk(
+        self,
+        repo: pygit2.Repository,
+        tree: pygit2.Object,
+        prefix: str,
+        known: dict[pygit2.Oid, Identity | None],
+    ) -> None:
+        assert isinstance(tree, pygit2.Tree)
+        for entry in tree:
+            name = entry.name
+            assert name is not None
+            if entry.filemode == FileMode.TREE:
+                self._walk(repo, repo[entry.id], f"{prefix}{name}/", known)
+                continue
+            if entry.filemode not in _BLOB_MODES or not name.endswith(".yaml"):
+                continue
+            oid = entry.id
+            if oid in known:
+                identity = known[oid]
+            else:
+                blob = repo[oid]
+                assert isinstance(blob, pygit2.Blob)
+                identity = identify(blob.data)
+            path = prefix + name
+            if identity is None:
+                self._unidentified.add(oid)
+                self._by_path[path] = None
+            elif identity in self._entries:
+                self.duplicates.append(path)
+                self._by_path[path] = None
+            else:
+                self._entries[identity] = Entry(path, oid)
+                self._by_path[path] = identity
+
+    def copy(self) -> TargetIndex:
+        new = TargetIndex(self.folder, self.tree_id)
+        new._entries = dict(self._entries)
+        new._by_path = dict(self._by_path)
+        new._unidentified = set(self._unidentified)
+        new.duplicates = list(self.duplicates)
+        return new
+
+    def get(self, identity: Identity) -> Entry | None:
+        return self._entries.get(identity)
+
+    def blocked(self, path: str, identity: Identity) -> bool:
+        """Whether a file other than `identity`'s document lives at `path`."""
+        return path in self._by_path and self._by_path[path] != identity
+
+    def set(self, identity: Identity, entry: Entry) -> None:
+        old = self._entries.get(identity)
+        if old is not None and self._by_path.get(old.path) == identity:
+            del self._by_path[old.path]
+        self._entries[identity] = entry
+        self._by_path[entry.path] = identity
+
+    def remove(self, identity: Identity) -> Entry | None:
+        old = self._entries.pop(identity, None)
+        if old is not None and self._by_path.get(old.path) == identity:
+            del self._by_path[old.path]
+        return old
+
+    def __contains__(self, identity: object) -> bool:
+        return identity in self._entries
+
+    def __iter__(self) -> Iterator[Identity]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def folder_tree(repo: pygit2.Repository, root: pygit2.Oid | None, folder: str) -> pygit2.Oid | None:
+    """The id of `folder`'s tree inside the root tree `root`; None if there is none."""
+    if root is None:
+        return None
+    if not folder:
+        return root
+    tree = repo[root]
+    assert isinstance(tree, pygit2.Tree)
+    try:
+        entry = tree[folder]
+    except KeyError:
+        return None
+    return entry.id if entry.filemode == FileMode.TREE else None
