@@ -1,0 +1,177 @@
+"""A bare repository under the cache dir, used only as an object store next to one remote.
+
+Nothing local is evidence of what the remote holds: `fetch` asks the remote for the branch
+tip every time and forgets the previous answer first, so a ref or commit left behind by a
+killed process can never be mistaken for pushed state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pygit2
+from pygit2.enums import FetchPrune
+
+CallbacksFactory = Callable[[], pygit2.RemoteCallbacks]
+
+_SCP_LIKE = re.compile(r"^(?:(?P<user>[^@/:]+)@)?(?P<host>[^/:]+):(?!//)(?P<path>.*)$")
+_DEFAULT_PORTS = {"http": 80, "https": 443, "ssh": 22, "git": 9418}
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]*@")
+# libgit2's messages for a push that would not fast-forward: the local transport's check
+# when the remote tip is unknown locally, and its fast-forward check when it is known.
+_NON_FAST_FORWARD = ("not present locally", "non-fastforwardable")
+
+# libgit2 writes FETCH_HEAD on every fetch, and two workers (two branches of one
+# repository) share one cache repository: opening and fetching take turns per directory.
+_FETCH_LOCKS: dict[Path, threading.Lock] = {}
+_FETCH_LOCKS_GUARD = threading.Lock()
+
+
+class RemoteError(Exception):
+    """A push or fetch failed; the message is safe to show (no credentials)."""
+
+
+class PushRejected(RemoteError):
+    """The remote refused the update: it moved (not a fast-forward) or a hook declined."""
+
+
+class RemoteUnavailable(RemoteError):
+    """The remote could not be reached or the transfer failed."""
+
+
+def normalize_url(url: str) -> str:
+    """The key of a repository for "one writer per (repository, branch)".
+
+    Lowercases scheme and host, drops default ports, credentials (an SSH user name is kept:
+    it is part of the address, not a secret), a trailing `/` and `.git`; `user@host:path`
+    becomes `ssh://user@host/path` and a plain path becomes a file:// URL.
+    """
+    url = url.strip()
+    if "://" not in url:
+        scp = _SCP_LIKE.match(url)
+        if scp and not url.startswith("/"):
+            user = f"{scp['user']}@" if scp["user"] else ""
+            url = f"ssh://{user}{scp['host']}/{scp['path'].lstrip('/')}"
+        else:
+            url = Path(url).absolute().as_uri()
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    if parts.port is not None and parts.port != _DEFAULT_PORTS.get(scheme):
+        host = f"{host}:{parts.port}"
+    if scheme == "ssh" and parts.username:
+        host = f"{parts.username}@{host}"
+    path = parts.path.rstrip("/").removesuffix(".git").rstrip("/")
+    return urlunsplit((scheme, host, path, "", ""))
+
+
+def redact(message: str, url: str) -> str:
+    """`message` with any credentials in URLs removed."""
+    parts = urlsplit(url) if "://" in url else None
+    if parts is not None and parts.password:
+        message = message.replace(parts.password, "***")
+    return _USERINFO.sub(r"\1", message)
+
+
+def cache_path(cache_dir: Path, url: str) -> Path:
+    digest = hashlib.sha256(normalize_url(url).encode()).hexdigest()[:16]
+    return cache_dir / f"{digest}.git"
+
+
+class GitRepository:
+    """The cache repository of one remote. Not thread-safe: one thread owns an instance."""
+
+    def __init__(
+        self,
+        url: str,
+        cache_dir: Path,
+        callbacks: CallbacksFactory | None = None,
+    ) -> None:
+        self.url = url
+        self.path = cache_path(cache_dir, url)
+        self._callbacks = callbacks or pygit2.RemoteCallbacks
+        with _FETCH_LOCKS_GUARD:
+            self._lock = _FETCH_LOCKS.setdefault(self.path.absolute(), threading.Lock())
+        with self._lock:
+            self.repo = _open_or_init(self.path)
+        # `origin` is for humans inspecting the cache; it never holds credentials. Transfers
+        # use an in-memory remote with the URL as given.
+        public = _USERINFO.sub(r"\1", url) if "://" in url else url
+        if "origin" in self.repo.remotes.names():
+            self.repo.remotes.set_url("origin", public)
+        else:
+            self.repo.remotes.create("origin", public, "+refs/heads/*:refs/remotes/origin/*")
+        self._remote = self.repo.remotes.create_anonymous(url)
+
+    def fetch(self, branch: str) -> pygit2.Oid | None:
+        """The remote tip of `branch` (its objects fetched), or None if it does not exist."""
+        ref = _ref_name("refs/remotes/origin/", branch)
+        # A fetch of a missing branch succeeds and leaves the ref alone: drop it first.
+        if ref in self.repo.references:
+            self.repo.references.delete(ref)
+        try:
+            with self._lock:
+                self._remote.fetch(
+                    [f"+refs/heads/{branch}:{ref}"],
+                    callbacks=self._callbacks(),
+                    prune=FetchPrune.NO_PRUNE,
+                )
+        except (pygit2.GitError, OSError) as exc:
+            raise RemoteUnavailable(f"fetch failed: {redact(str(exc), self.url)}") from None
+        found = self.repo.references.get(ref)
+        if found is None:
+            return None
+        tip = found.target
+        assert isinstance(tip, pygit2.Oid)
+        return tip
+
+    def push(self, branch: str, new_tip: pygit2.Oid) -> None:
+        """Fast-forward the remote `branch` to `new_tip` (created if missing); never forced."""
+        source = _ref_name("refs/kubescribe/push/", branch)
+        self.repo.references.create(source, new_tip, force=True)
+        callbacks = self._callbacks()
+        refused: list[str] = []
+
+        def update_reference(refname: str, message: str | None) -> None:
+            if message:
+                refused.append(f"{refname}: {message}")
+
+        callbacks.push_update_reference = update_reference  # type: ignore[method-assign]
+        try:
+            self._remote.push([f"{source}:refs/heads/{branch}"], callbacks=callbacks)
+        except (pygit2.GitError, OSError) as exc:
+            message = redact(str(exc), self.url)
+            if any(marker in message for marker in _NON_FAST_FORWARD):
+                raise PushRejected(f"push rejected: {message}") from None
+            raise RemoteUnavailable(f"push failed: {message}") from None
+        if refused:
+            raise PushRejected(f"push rejected: {redact('; '.join(refused), self.url)}")
+
+
+def _open_or_init(path: Path) -> pygit2.Repository:
+    """Open the cache; a cache that does not open (a killed process, a full disk) holds
+    nothing that counts, so it is started afresh."""
+    if (path / "HEAD").exists():
+        try:
+            return pygit2.Repository(str(path))
+        except pygit2.GitError:
+            shutil.rmtree(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return pygit2.init_repository(str(path), bare=True)
+
+
+def _ref_name(prefix: str, branch: str) -> str:
+    name = prefix + branch
+    if not pygit2.reference_is_valid_name(name) or not pygit2.reference_is_valid_name(
+        "refs/heads/" + branch
+    ):
+        raise ValueError(f"invalid branch name {branch!r}")
+    return name
