@@ -1,0 +1,571 @@
+"""The branch worker against a real bare repository over file://, read back with `git`."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pygit2
+import pytest
+import yaml
+
+from kubescribe.devenv.gitremote import BareRemote, git
+from kubescribe.git.repo import cache_path
+from kubescribe.git.tree import edit_tree
+from kubescribe.git.worker import (
+    BranchWorker,
+    Committer,
+    PlainRenderer,
+    RefusedContent,
+    TargetConfig,
+    WriteReport,
+)
+from kubescribe.mirror.changes import Change, Cursor, Operation, PruneMode, Snapshot, TargetKey
+from kubescribe.mirror.identity import Identity, ResourceType
+from kubescribe.mirror.layout import Layout
+from kubescribe.mirror.yamlfmt import dump_yaml, order_document
+
+CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True)
+SECRETS = ResourceType("", "v1", "secrets", "Secret", True)
+SERVICES = ResourceType("", "v1", "services", "Service", True)
+TARGET = TargetKey("team", "mirror")
+FOLDER = "clusters/dev"
+COMMITTER = Committer("kubescribe", "kubescribe@example.invalid")
+
+
+def ident(name: str, ns: str = "ns1", rtype: ResourceType = CONFIGMAPS) -> Identity:
+    return Identity(rtype.group, rtype.kind, ns, name)
+
+
+def document(
+    name: str, ns: str = "ns1", rtype: ResourceType = CONFIGMAPS, **data: str
+) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "apiVersion": rtype.api_version,
+        "kind": rtype.kind,
+        "metadata": {"name": name, "namespace": ns},
+    }
+    if data:
+        doc["data"] = data
+    return doc
+
+
+def path_of(
+    name: str, ns: str = "ns1", rtype: ResourceType = CONFIGMAPS, folder: str = FOLDER
+) -> str:
+    return f"{folder}/{ns}/core/{rtype.resource}/{name}.yaml"
+
+
+_versions = itertools.count(1)
+
+
+def cursor() -> Cursor:
+    return Cursor("stream", str(next(_versions)))
+
+
+def upsert(
+    name: str,
+    ns: str = "ns1",
+    rtype: ResourceType = CONFIGMAPS,
+    op: Operation = Operation.CREATE,
+    target: TargetKey = TARGET,
+    **data: str,
+) -> Change:
+    return Change(
+        target,
+        op,
+        ident(name, ns, rtype),
+        rtype,
+        document(name, ns, rtype, **data),
+        time.monotonic(),
+        cursor(),
+    )
+
+
+def delete(name: str, ns: str = "ns1", rtype: ResourceType = CONFIGMAPS) -> Change:
+    return Change(
+        TARGET, Operation.DELETE, ident(name, ns, rtype), rtype, None, time.monotonic(), cursor()
+    )
+
+
+def snapshot(
+    docs: Mapping[Identity, Mapping[str, Any]],
+    ns: str = "ns1",
+    rtype: ResourceType = CONFIGMAPS,
+    deleted: frozenset[Identity] = frozenset(),
+    target: TargetKey = TARGET,
+) -> Snapshot:
+    return Snapshot(target, rtype, ns, docs, time.monotonic(), deleted, cursor())
+
+
+def target(
+    prune: PruneMode = PruneMode.ALWAYS,
+    *,
+    key: TargetKey = TARGET,
+    folder: str = FOLDER,
+    renderer: Any = None,
+    **kw: Any,
+) -> TargetConfig:
+    return TargetConfig(key, folder, Layout(), prune, renderer or PlainRenderer(), **kw)
+
+
+async def until(cond: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+class Harness:
+    """One worker and everything it reported."""
+
+    def __init__(self, remote: BareRemote, cache: Path, branch: str) -> None:
+        self.remote = remote
+        self.reports: list[WriteReport] = []
+        self.acks: list[list[Cursor]] = []
+        self.files_at_ack: list[set[str]] = []
+        self.worker = BranchWorker(
+            remote.url,
+            branch,
+            cache_dir=cache,
+            committer=COMMITTER,
+            on_report=self.reports.append,
+            on_pushed=self._pushed,
+        )
+
+    def _pushed(self, cursors: list[Cursor]) -> None:
+        self.acks.append(cursors)
+        self.files_at_ack.append(set(self.remote.files(self.worker.branch)))
+
+    @property
+    def acked(self) -> set[Cursor]:
+        return {c for batch in self.acks for c in batch}
+
+    async def settle(self, *items: Change | Snapshot) -> None:
+        """Submit and wait until every item is acknowledged or reported on."""
+        before = len(self.reports)
+        for item in items:
+            self.worker.submit(item)
+        await until(
+            lambda: (
+                self.worker.pending == 0
+                and len(self.reports) > before
+                and all(i.cursor in self.acked for i in items)
+            ),
+            "items to be written",
+        )
+
+    def last(self, key: TargetKey = TARGET) -> WriteReport:
+        return [r for r in self.reports if r.target == key][-1]
+
+
+@pytest.fixture
+async def make(remote: BareRemote, tmp_path: Path) -> AsyncIterator[Callable[..., Harness]]:
+    started: list[Harness] = []
+
+    def factory(
+        *targets: TargetConfig, cache: str = "cache", branch: str = "main", start: bool = True
+    ) -> Harness:
+        h = Harness(remote, tmp_path / cache, branch)
+        h.worker.configure(list(targets) or [target()])
+        if start:
+            h.worker.start()
+        started.append(h)
+        return h
+
+    yield factory
+    for h in started:
+        await h.worker.stop(timeout=5)
+
+
+def read_doc(remote: BareRemote, path: str) -> Any:
+    return yaml.safe_load(remote.read(path))
+
+
+def parents(remote: BareRemote, sha: str) -> list[str]:
+    return git("rev-list", "--parents", "-n", "1", sha, cwd=remote.path).split()[1:]
+
+
+async def test_create_update_delete_one_commit_each(
+    remote: BareRemote, make: Callable[..., Harness]
+) -> None:
+    template = (
+        "{operation} {kind} {group}/{version} {resource} {namespace} {name} {ref} {target} {path}"
+    )
+    h = make(target(change_template=template))
+    p = path_of("a")
+
+    await h.settle(upsert("a", k="1"))
+    assert read_doc(remote, p) == document("a", k="1")
+    await h.settle(upsert("a", op=Operation.UPDATE, k="2"))
+    assert read_doc(remote, p)["data"] == {"k": "2"}
+    await h.settle(delete("a"))
+    assert p not in remote.files()
+
+    log = remote.log()
+    assert [c["message"] for c in log[:3]] == [
+        f"{op} ConfigMap core/v1 configmaps ns1 a ns1/a team/mirror {p}"
+        for op in ("DELETE", "UPDATE", "CREATE")
+    ]
+    assert len(log) == 4  # + the seed commit
+    for commit in log[:3]:
+        assert (commit["committer"], commit["committer_email"]) == (COMMITTER.name, COMMITTER.email)
+        assert (commit["author"], commit["author_email"]) == (COMMITTER.name, COMMITTER.email)
+    report = h.last()
+    assert report.ok
+    assert report.commit == log[0]["sha"]
+    assert report.documents == 0
+    assert report.pushed_at is not None
+
+
+async def test_default_messages(remote: BareRemote, make: Callable[..., Harness]) -> None:
+    h = make()
+    await h.settle(upsert("a"))
+    await h.settle(snapshot({ident("b"): document("b")}))
+    assert [c["message"] for c in remote.log()[:2]] == [
+        "Snapshot configmaps in ns1: 1 added, 0 updated, 1 removed",
+        "CREATE ConfigMap ns1/a",
+    ]
+
+
+async def test_noop_makes_no_commit(remote: BareRemote, make: Callable[..., Harness]) -> None:
+    h = make()
+    await h.settle(upsert("a", k="1"))
+    commits = len(remote.log())
+    # Same content (status-only update), delete of a missing document, identical snapshot.
+    await h.settle(
+        upsert("a", op=Operation.UPDATE, k="1"),
+        delete("never-existed"),
+        snapshot({ident("a"): document("a", k="1")}),
+    )
+    assert len(remote.log()) == commits
+    assert h.last().ok
+    assert h.last().message == "Up to date"
+
+
+@pytest.mark.parametrize(
+    ("prune", "left", "retained"),
+    [
+        (PruneMode.ALWAYS, {"a"}, 0),
+        (PruneMode.ON_EVENT, {"a", "unobserved"}, 1),
+        (PruneMode.NEVER, {"a", "observed", "unobserved"}, 2),
+    ],
+)
+async def test_snapshot_prune_modes(
+    remote: BareRemote,
+    make: Callable[..., Harness],
+    prune: PruneMode,
+    left: set[str],
+    retained: int,
+) -> None:
+    h = make(target(prune))
+    await h.settle(
+        upsert("a"),
+        upsert("observed"),
+        upsert("unobserved"),
+        upsert("other-ns", ns="ns2"),
+        upsert("svc", rtype=SERVICES),
+    )
+    commits = len(remote.log())
+    await h.settle(
+        snapshot({ident("a"): document("a", k="new")}, deleted=frozenset({ident("observed")}))
+    )
+    files = set(remote.files())
+    configmaps_ns1 = {
+        p.rsplit("/", 1)[1].removesuffix(".yaml") for p in files if "/ns1/core/configmaps/" in p
+    }
+    assert configmaps_ns1 == left
+    # Outside the snapshot's scope nothing is touched: other namespaces, other kinds.
+    assert path_of("other-ns", ns="ns2") in files
+    assert path_of("svc", rtype=SERVICES) in files
+    assert len(remote.log()) == commits + 1  # one commit for the whole snapshot
+    assert h.last().retained == retained
+    assert h.last().documents == len(left) + 2
+
+
+async def test_snapshot_of_all_namespaces_sweeps_every_namespace(
+    remote: BareRemote, make: Callable[..., Harness]
+) -> None:
+    h = make()
+    await h.settle(upsert("a", ns="ns1"), upsert("b", ns="ns2"), upsert("svc", rtype=SERVICES))
+    await h.settle(snapshot({ident("a"): document("a")}, ns=""))
+    assert set(remote.files()) == {path_of("a"), path_of("svc", rtype=SERVICES)}
+
+
+async def test_live_delete_under_each_prune_mode(
+    remote: BareRemote, make: Callable[..., Harness]
+) -> None:
+    for prune, kept in (
+        (PruneMode.ALWAYS, False),
+        (PruneMode.ON_EVENT, False),
+        (PruneMode.NEVER, True),
+    ):
+        h = make(target(prune), cache=f"cache-{prune}")
+        await h.settle(upsert(f"x-{prune}"))
+        await h.settle(delete(f"x-{prune}"))
+        assert (path_of(f"x-{prune}") in remote.files()) is kept
+        assert h.last().retained == (1 if kept else 0)
+
+
+async def test_existing_file_at_custom_path_is_edited_in_place(
+    remote: BareRemote, make: Callable[..., Harness]
+) -> None:
+    custom = f"{FOLDER}/apps/my-config.yaml"
+    hand = (
+        "# maintained by hand once\n"
+        "kind: ConfigMap\napiVersion: v1\nmetadata:\n  namespace: ns1\n  name: a\n"
+    )
+    remote.commit_foreign(custom, hand, "Add a ConfigMap by hand")
+    h = make()
+    await h.settle(upsert("a", op=Operation.UPDATE, k="v"))
+    assert custom in remote.files()
+    assert path_of("a") not in remote.files()
+    assert read_doc(remote, custom) == document("a", k="v")
+    await h.settle(delete("a"))
+    assert custom not in remote.files()
+
+
+async def test_foreign_commit_is_kept_and_ours_lands_on_top(
+    remote: BareRemote, make: Callable[..., Harness]
+) -> None:
+    h = make()
+    await h.settle(upsert("a"))
+    foreign = remote.commit_foreign("docs/README.md", "hello\n", "A human commit")
+    await h.settle(upsert("b"))
+    log = remote.log()
+    assert log[0]["message"] == "CREATE ConfigMap ns1/b"
+    assert parents(remote, log[0]["sha"]) == [foreign]
+    assert {"docs/README.md", path_of("a"), path_of("b")} <= set(remote.files())
+
+
+async def test_unreachable_remote_converges_without_new_changes(
+    remote: BareRemote, make: Callable[..., Harness]
+) -> None:
+    h = make()
+    await h.settle(upsert("a"), upsert("doomed"))
+    acks_before = len(h.acks)
+    away = remote.path.with_name("away.git")
+    remote.path.rename(away)
+    h.worker.submit(first := upsert("b"))
+    await until(lambda: any(not r.ok for r in h.reports), "a failure report")
+    failure = next(r for r in h.reports if not r.ok)
+    assert failure.reason == "RemoteUnreachable"
+    # Changes keep coming while the remote is away.
+    h.worker.submit(second := upsert("c", k="1"))
+    h.worker.submit(third := upsert("c", op=Operation.UPDATE, k="2"))
+    h.worker.submit(gone := delete("doomed"))
+    # A failed retry keeps the batch, with the two versions of "c" collapsed into the last.
+    await until(lambda: h.worker.pending == 3, "a failed retry")
+    assert len(h.acks) == acks_before  # nothing acknowledged while nothing was pushed
+    away.rename(remote.path)
+    commits = len(remote.log())
+    # No new submission: the worker retries on its own.
+    await until(lambda: h.worker.pending == 0 and h.last().ok, "the self-scheduled retry")
+    files = set(remote.files())
+    assert {path_of("a"), path_of("b"), path_of("c")} <= files
+    assert path_of("doomed") not in files
+    assert read_doc(remote, path_of("c"))["data"] == {"k": "2"}
+    assert len(h.acks) == acks_before + 1  # one push carried everything
+    assert {first.cursor, second.cursor, third.cursor, gone.cursor} <= set(h.acks[-1])
+    assert [c["message"] for c in remote.log()[: len(remote.log()) - commits]] == [
+        "DELETE ConfigMap ns1/doomed",
+        "UPDATE ConfigMap ns1/c",
+        "CREATE ConfigMap ns1/b",
+    ]
+
+
+async def test_refused_document_is_not_written_and_others_are(
+    remote: BareRemote, make: Callable[..., Harness]
+) -> None:
+    class NoSecrets(PlainRenderer):
+        def render(
+            self,
+            identity: Identity,
+            rtype: ResourceType,
+            document: Mapping[str, Any],
+            previous: bytes | None,
+        ) -> bytes:
+            if rtype.kind == "Secret":
+                raise RefusedContent("EncryptionMissing", "no age recipients configured")
+            return super().render(identity, rtype, document, previous)
+
+    h = make(target(renderer=NoSecrets()))
+    await h.settle(upsert("s", rtype=SECRETS, password="hunter2"), upsert("a"))
+    files = set(remote.files())
+    assert path_of("a") in files
+    assert path_of("s", rtype=SECRETS) not in files
+    refused = [r for report in h.reports for r in report.refused]
+    assert refused == [
+        (ident("s", rtype=SECRETS), "EncryptionMissing", "no age recipients configured")
+    ]
+    assert h.last().ok
+
+
+async def test_acknowledged_only_after_the_push(
+    remote: BareRemote, make: Callable[..., Harness]
+) -> None:
+    h = make()
+    items = [upsert(f"cm-{i}") for i in range(5)]
+    for item in items:
+        h.worker.submit(item)
+    await until(lambda: {i.cursor for i in items} <= h.acked, "acks")
+    for cursors, files in zip(h.acks, h.files_at_ack, strict=True):
+        for c in cursors:
+            item = next(i for i in items if i.cursor == c)
+            assert path_of(item.identity.name) in files
+
+
+async def test_restart_with_equal_snapshot_makes_no_commit(
+    remote: BareRemote, make: Callable[..., Harness]
+) -> None:
+    docs = {ident(f"cm-{i}"): document(f"cm-{i}", k=str(i)) for i in range(20)}
+    first = make()
+    await first.settle(snapshot(docs))
+    await first.worker.stop(timeout=5)
+    commits = len(remote.log())
+    second = make(cache="fresh-cache")
+    await second.settle(snapshot(docs))
+    assert len(remote.log()) == commits
+    assert second.last().ok
+    assert second.last().documents == 20
+
+
+async def test_stale_local_cache_is_not_evidence(
+    remote: BareRemote, make: Callable[..., Harness], tmp_path: Path
+) -> None:
+    first = make()
+    await first.settle(upsert("a"))
+    await first.worker.stop(timeout=5)
+    # A killed process left a commit in the cache that never reached the remote; it holds the
+    # very file the next snapshot wants, and every local ref points at it.
+    store = pygit2.Repository(str(cache_path(tmp_path / "cache", remote.url)))
+    tip = store.revparse_single(remote.tip() or "")
+    ghost = dump_yaml(order_document(document("ghost"))).encode()
+    tree = edit_tree(store, tip.peel(pygit2.Tree).id, {path_of("ghost"): store.create_blob(ghost)})
+    sig = pygit2.Signature("crashed", "crashed@example.invalid")
+    local = store.create_commit(None, sig, sig, "never pushed", tree, [tip.id])
+    for ref in ("refs/heads/main", "refs/remotes/origin/main", "refs/kubescribe/push/main"):
+        store.references.create(ref, local, force=True)
+
+    second = make(target(PruneMode.NEVER))  # same cache dir
+    await second.settle(snapshot({ident("a"): document("a"), ident("ghost"): document("ghost")}))
+    assert path_of("ghost") in remote.files()
+    assert "never pushed" not in [c["message"] for c in remote.log()]
+
+
+async def test_creates_a_branch_missing_on_the_remote(
+    remote: BareRemote, make: Callable[..., Harness]
+) -> None:
+    h = make(branch="mirror")
+    await h.settle(upsert("a"))
+    log = remote.log("mirror")
+    assert len(log) == 1
+    assert parents(remote, log[0]["sha"]) == []
+    assert remote.files("mirror") == [path_of("a")]
+    assert len(remote.log()) == 1  # main untouched
+
+
+async def test_move_between_plain_and_encrypted(
+    remote: BareRemote, make: Callable[..., Harness]
+) -> None:
+    class FakeSops(PlainRenderer):
+        """Stands in for SOPS: marks its output and records what it was given."""
+
+        def __init__(self) -> None:
+            self.previous: list[bytes | None] = []
+
+        def encrypted(self, rtype: ResourceType) -> bool:
+            return True
+
+        def render(
+            self,
+            identity: Identity,
+            rtype: ResourceType,
+            document: Mapping[str, Any],
+            previous: bytes | None,
+        ) -> bytes:
+            self.previous.append(previous)
+            return super().render(identity, rtype, document, previous) + b"sops:\n  version: fake\n"
+
+    h = make()
+    await h.settle(upsert("a", k="1"))
+    sops = FakeSops()
+    h.worker.configure([target(renderer=sops)])
+    await h.settle(upsert("a", op=Operation.UPDATE, k="1"))
+    encrypted_path = path_of("a").removesuffix(".yaml") + ".sops.yaml"
+    assert set(remote.files()) == {encrypted_path}
+    assert remote.log()[0]["message"] == "UPDATE ConfigMap ns1/a"
+    await h.settle(upsert("a", op=Operation.UPDATE, k="2"))
+    assert sops.previous[0] is None  # the plain file is no previous ciphertext
+    assert sops.previous[1] is not None
+    assert b"version: fake" in sops.previous[1]
+    h.worker.configure([target()])
+    await h.settle(upsert("a", op=Operation.UPDATE, k="2"))
+    assert set(remote.files()) == {path_of("a")}
+
+
+async def test_path_conflict_is_refused(remote: BareRemote, make: Callable[..., Harness]) -> None:
+    remote.commit_foreign(path_of("a"), "not a kubernetes object: true\n", "Someone's file")
+    h = make()
+    await h.settle(upsert("a"), upsert("b"))
+    assert remote.read(path_of("a")) == "not a kubernetes object: true\n"
+    assert path_of("b") in remote.files()
+    assert [(r[0], r[1]) for r in h.last().refused] == [(ident("a"), "PathConflict")]
+
+
+async def test_targets_share_a_branch(remote: BareRemote, make: Callable[..., Harness]) -> None:
+    other = TargetKey("team", "other")
+    h = make(target(), target(key=other, folder="clusters/prod"))
+    await h.settle(upsert("a"), upsert("a", target=other))
+    await h.settle(snapshot({}, target=other))
+    assert set(remote.files()) == {path_of("a")}
+    assert h.last(other).documents == 0
+    assert h.last(TARGET).documents == 1
+    with pytest.raises(ValueError, match="overlapping"):
+        h.worker.configure([target(), target(key=other, folder="clusters")])
+
+
+async def test_stop_flushes_the_queue(remote: BareRemote, make: Callable[..., Harness]) -> None:
+    h = make()
+    for i in range(20):
+        h.worker.submit(upsert(f"cm-{i}"))
+    assert await h.worker.stop(timeout=20)
+    assert len(remote.files()) == 20
+    assert len(remote.log()) == 21
+
+
+async def test_ten_thousand_document_snapshot(
+    remote: BareRemote, make: Callable[..., Harness]
+) -> None:
+    docs = {ident(f"cm-{i:05}"): document(f"cm-{i:05}", k=str(i)) for i in range(10_000)}
+    h = make()
+    await h.settle(snapshot(docs))
+    assert len(remote.files()) == 10_000
+    assert (
+        remote.log()[0]["message"]
+        == "Snapshot configmaps in ns1: 10000 added, 0 updated, 0 removed"
+    )
+    await h.settle(upsert("cm-00042", op=Operation.UPDATE, k="changed"))
+    assert read_doc(remote, path_of("cm-00042"))["data"] == {"k": "changed"}
+    assert h.last().documents == 10_000
+
+
+async def test_stop_during_an_outage_gives_up_in_time(
+    remote: BareRemote, make: Callable[..., Harness]
+) -> None:
+    h = make()
+    await h.settle(upsert("a"))
+    remote.path.rename(remote.path.with_name("away.git"))
+    h.worker.submit(upsert("b"))
+    await until(lambda: any(not r.ok for r in h.reports), "a failure report")
+    started = time.monotonic()
+    assert not await h.worker.stop(timeout=1.5)
+    assert time.monotonic() - started < 3
+    # One attempt right away, then the usual backoff: no busy loop until the deadline.
+    assert sum(not r.ok for r in h.reports) <= 4
+    assert not h.acks[1:]  # "b" was never acknowledged
