@@ -1,4 +1,4 @@
-"""A thin async Kubernetes client: kubernetes_asyncio loads config and auth, aiohttp does I/O.
+"""A thin async Kubernetes client on aiohttp.
 
 We own the request and watch loops (see the design brief): the generated client's watch helper
 retries 410 only once and can hang, and its connection pool stalls past 100 watches.
@@ -7,15 +7,13 @@ retries 410 only once and can hang, and its connection pool stalls past 100 watc
 from __future__ import annotations
 
 import json
-import ssl
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio import config as kube_config
-from kubernetes_asyncio.client import Configuration
+
+from kubescribe.kube import config
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -31,31 +29,13 @@ class ApiError(Exception):
         self.message = message
 
 
-@dataclass
-class _Auth:
-    config: Configuration
-
-    async def headers(self) -> dict[str, str]:
-        token = await self.config.get_api_key_with_prefix("authorization")
-        return {"Authorization": token} if token else {}
-
-
-def _ssl_context(cfg: Configuration) -> ssl.SSLContext | bool:
-    if not cfg.verify_ssl:
-        return False
-    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
-    if cfg.cert_file:
-        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
-    return ctx
-
-
 class KubeClient:
     """JSON requests and watch streams against one API server."""
 
-    def __init__(self, cfg: Configuration) -> None:
-        self.host = str(cfg.host).rstrip("/")
-        self._auth = _Auth(cfg)
-        connector = aiohttp.TCPConnector(limit=0, ssl=_ssl_context(cfg))
+    def __init__(self, connection: config.Connection) -> None:
+        self.host = connection.host
+        self._connection = connection
+        connector = aiohttp.TCPConnector(limit=0, ssl=connection.ssl)
         self._session = aiohttp.ClientSession(connector=connector)
 
     @classmethod
@@ -63,14 +43,19 @@ class KubeClient:
         cls, kubeconfig: Path | None = None, context: str | None = None
     ) -> KubeClient:
         """From a kubeconfig file, or the in-cluster service account when none is given."""
-        cfg = Configuration()
         if kubeconfig is None:
-            kube_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-        else:
-            await kube_config.load_kube_config(
-                config_file=str(kubeconfig), context=context, client_configuration=cfg
-            )
-        return cls(cfg)
+            return cls(config.in_cluster())
+        connection = config.from_kubeconfig(kubeconfig, context)
+        if connection is None:
+            connection = await config.via_kubernetes_asyncio(kubeconfig, context)
+        return cls(connection)
+
+    def _headers(self, accept: str) -> dict[str, str]:
+        headers = {"Accept": accept}
+        authorization = self._connection.authorization()
+        if authorization:
+            headers["Authorization"] = authorization
+        return headers
 
     async def close(self) -> None:
         await self._session.close()
@@ -86,7 +71,7 @@ class KubeClient:
         accept: str = JSON,
         timeout: float = 30,
     ) -> Any:
-        headers = {**await self._auth.headers(), "Accept": accept}
+        headers = self._headers(accept)
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
@@ -115,7 +100,7 @@ class KubeClient:
     ) -> AsyncIterator[dict[str, Any]]:
         """Yield watch events (one JSON object per line). A stream silent for `idle_timeout`
         seconds raises `asyncio.TimeoutError`-compatible `aiohttp.ServerTimeoutError`."""
-        headers = {**await self._auth.headers(), "Accept": JSON}
+        headers = self._headers(JSON)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=idle_timeout)
         async with self._session.get(
             self.host + path, params=params, headers=headers, timeout=timeout

@@ -1,0 +1,331 @@
+"""Mirror benchmarks from ../shared/benchmarks.md: latency, backfill, burst, memory.
+
+Real control plane, bare remote over file://, the operator as a separate process with no commit
+window and prune Always. The clock polls the remote branch with `git ls-tree`, so every figure
+includes the push. Prints one JSON object per workload. Shared 2-core machines are noisy:
+compare within a run, report the spread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kubescribe.api.crds import render_crds
+from kubescribe.devenv.controlplane import ControlPlane, free_port
+from kubescribe.devenv.gitremote import BareRemote
+from kubescribe.kube.client import KubeClient
+from kubescribe.mirror.sanitize import sanitize
+from kubescribe.mirror.yamlfmt import dump_yaml, order_document
+
+NS = "bench"
+FOLDER = "mirror"
+
+
+def blob_oid(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
+
+
+def cm(name: str, value: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": NS, "labels": {"bench": "yes"}},
+        "data": {"v": value},
+    }
+
+
+def expected_oid(name: str, value: str) -> str:
+    return blob_oid(dump_yaml(order_document(sanitize(cm(name, value)))).encode())
+
+
+class Remote:
+    def __init__(self, remote: BareRemote) -> None:
+        self.remote = remote
+        self.dir = f"{FOLDER}/{NS}/core/configmaps/"
+
+    def tree(self) -> dict[str, str]:
+        """name -> blob oid of the mirrored ConfigMaps on the branch tip."""
+        done = subprocess.run(
+            ["git", "ls-tree", "main", self.dir],
+            cwd=self.remote.path,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        out: dict[str, str] = {}
+        for line in done.stdout.splitlines():
+            meta, path = line.split("\t", 1)
+            out[path.rsplit("/", 1)[1].removesuffix(".yaml")] = meta.split()[2]
+        return out
+
+    def wait(
+        self, check: Callable[[dict[str, str]], bool], timeout: float, every: float = 0.005
+    ) -> float:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check(self.tree()):
+                return time.monotonic()
+            time.sleep(every)
+        raise TimeoutError("the remote did not converge in time")
+
+    def commits(self) -> int:
+        out = subprocess.run(
+            ["git", "rev-list", "--count", "main"],
+            cwd=self.remote.path,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return int(out.stdout)
+
+
+class Setup:
+    """Control plane, remote, kubescribe objects; the operator started on demand."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        (workdir / "cp").mkdir()
+        self.cp = ControlPlane(workdir=workdir / "cp")
+        self.cp.start()
+        self.remote = Remote(BareRemote.create(workdir / "remote.git"))
+        self.cp.apply(render_crds())
+        self.cp.kubectl("wait", "--for=condition=Established", "crd/gittargets.kubescribe.io")
+        self.cp.kubectl("create", "namespace", NS)
+        self.operator: subprocess.Popen[bytes] | None = None
+
+    def mirror_objects(self) -> None:
+        api = "kubescribe.io/v1alpha1"
+        docs = [
+            {
+                "apiVersion": api,
+                "kind": "GitProvider",
+                "metadata": {"name": "git", "namespace": NS},
+                "spec": {"url": self.remote.remote.url},
+            },
+            {
+                "apiVersion": api,
+                "kind": "GitTarget",
+                "metadata": {"name": "mirror", "namespace": NS},
+                "spec": {
+                    "providerRef": {"name": "git"},
+                    "branch": "main",
+                    "path": FOLDER,
+                    "prune": {"mode": "Always"},
+                },
+            },
+            {
+                "apiVersion": api,
+                "kind": "WatchRule",
+                "metadata": {"name": "cms", "namespace": NS},
+                "spec": {
+                    "targetRef": {"name": "mirror"},
+                    "rules": [
+                        {
+                            "apiGroups": [""],
+                            "resources": ["configmaps"],
+                            "labelSelector": {"matchLabels": {"bench": "yes"}},
+                        }
+                    ],
+                },
+            },
+        ]
+        self.cp.apply("\n---\n".join(json.dumps(d) for d in docs))
+
+    def start_operator(self) -> float:
+        started = time.monotonic()
+        self.operator = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kubescribe",
+                "run",
+                "--kubeconfig",
+                str(self.cp.kubeconfig),
+                "--cache-dir",
+                str(self.workdir / "cache"),
+                "--metrics-addr",
+                f"127.0.0.1:{free_port()}",
+                "--log-level",
+                "warning",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=(self.workdir / "operator.log").open("wb"),
+        )
+        return started
+
+    def rss_mb(self) -> float:
+        assert self.operator is not None
+        for line in Path(f"/proc/{self.operator.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+        return 0.0
+
+    def close(self) -> None:
+        if self.operator is not None:
+            self.operator.terminate()
+            self.operator.wait(timeout=60)
+        self.cp.stop()
+
+
+async def create_many(
+    kubeconfig: Path, names: list[str], value: str, concurrency: int = 32
+) -> None:
+    client = await KubeClient.connect(kubeconfig)
+    queue = list(names)
+
+    async def one() -> None:
+        while queue:
+            await client.request(
+                "POST", f"/api/v1/namespaces/{NS}/configmaps", body=cm(queue.pop(), value)
+            )
+
+    try:
+        await asyncio.gather(*(one() for _ in range(concurrency)))
+    finally:
+        await client.close()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def latency(setup: Setup, samples: int, pause_after: float, *, isolated: bool) -> dict[str, Any]:
+    setup.mirror_objects()
+    setup.start_operator()
+    asyncio.run(create_many(setup.cp.kubeconfig, ["warm-up"], "1"))
+    setup.remote.wait(lambda t: "warm-up" in t, 60)
+    commits_before = setup.remote.commits()
+
+    async def measure() -> list[float]:
+        client = await KubeClient.connect(setup.cp.kubeconfig)
+        lat = []
+        try:
+            for i in range(samples):
+                name = f"lat-{i}"
+                await client.request(
+                    "POST", f"/api/v1/namespaces/{NS}/configmaps", body=cm(name, "1")
+                )
+                done = time.monotonic()
+                seen = setup.remote.wait(lambda t, n=name: n in t, 30)
+                lat.append((seen - done) * 1000)
+                await asyncio.sleep(pause_after)
+        finally:
+            await client.close()
+        return lat
+
+    lat = asyncio.run(measure())
+    commits = setup.remote.commits() - commits_before
+    return {
+        "workload": "latency_isolated" if isolated else "latency_stream",
+        "samples": samples,
+        "p50_ms": round(statistics.median(lat), 1),
+        "p99_ms": round(percentile(lat, 0.99), 1),
+        "max_ms": round(max(lat), 1),
+        "commits_per_change": round(commits / samples, 2),
+    }
+
+
+def backfill(setup: Setup, n: int) -> dict[str, Any]:
+    names = [f"bf-{i:06d}" for i in range(n)]
+    t0 = time.monotonic()
+    asyncio.run(create_many(setup.cp.kubeconfig, names, "1"))
+    created = time.monotonic() - t0
+    setup.mirror_objects()
+    started = setup.start_operator()
+    seen = setup.remote.wait(lambda t: len(t) >= n, 1800, every=0.05)
+    return {
+        "workload": f"backfill_{n}",
+        "objects": n,
+        "seconds": round(seen - started, 2),
+        "rss_mb": setup.rss_mb(),
+        "create_seconds": round(created, 1),
+        "commits": setup.remote.commits() - 1,
+    }
+
+
+def burst(setup: Setup, objects: int, patches: int, writers: int) -> dict[str, Any]:
+    setup.mirror_objects()
+    setup.start_operator()
+    names = [f"burst-{i:03d}" for i in range(objects)]
+    asyncio.run(create_many(setup.cp.kubeconfig, names, "0"))
+    setup.remote.wait(lambda t: len(t) >= objects, 60)
+    commits_before = setup.remote.commits()
+    final: dict[str, str] = {}
+
+    async def patch_all() -> float:
+        client = await KubeClient.connect(setup.cp.kubeconfig)
+        counter = iter(range(patches))
+
+        async def writer() -> None:
+            for i in counter:
+                name = names[i % objects]
+                value = f"{i}"
+                await client.merge_patch(
+                    f"/api/v1/namespaces/{NS}/configmaps/{name}", {"data": {"v": value}}
+                )
+                final[name] = value
+
+        t0 = time.monotonic()
+        try:
+            await asyncio.gather(*(writer() for _ in range(writers)))
+        finally:
+            await client.close()
+        return t0
+
+    t0 = asyncio.run(patch_all())
+    last_write = time.monotonic()
+    want = {n: expected_oid(n, v) for n, v in final.items()}
+    converged = setup.remote.wait(lambda t: all(t.get(n) == oid for n, oid in want.items()), 120)
+    return {
+        "workload": "burst",
+        "objects": objects,
+        "patches": patches,
+        "writes_per_second": round(patches / (last_write - t0), 1),
+        "converged_after_last_write_s": round(converged - last_write, 3),
+        "end_to_end_changes_per_second": round(patches / (converged - t0), 1),
+        "commits": setup.remote.commits() - commits_before,
+        "lost": 0,
+    }
+
+
+@click.command()
+@click.argument("workloads", nargs=-1)
+@click.option("--samples", default=20, show_default=True)
+@click.option("--backfill", "sizes", default="1000,10000", show_default=True)
+def main(workloads: tuple[str, ...], samples: int, sizes: str) -> None:
+    """WORKLOADS: any of latency_isolated latency_stream backfill burst (default: all)."""
+    chosen = workloads or ("latency_isolated", "latency_stream", "backfill", "burst")
+    runs: list[tuple[str, Callable[[Setup], dict[str, Any]]]] = []
+    if "latency_isolated" in chosen:
+        runs.append(("latency_isolated", lambda s: latency(s, samples, 6.0, isolated=True)))
+    if "latency_stream" in chosen:
+        runs.append(("latency_stream", lambda s: latency(s, samples, 0.3, isolated=False)))
+    if "backfill" in chosen:
+        for n in (int(x) for x in sizes.split(",") if x):
+            runs.append((f"backfill_{n}", lambda s, n=n: backfill(s, n)))
+    if "burst" in chosen:
+        runs.append(("burst", lambda s: burst(s, 100, 2000, 16)))
+    for _, run in runs:
+        with tempfile.TemporaryDirectory(prefix="kubescribe-bench-") as tmp:
+            setup = Setup(Path(tmp))
+            try:
+                click.echo(json.dumps(run(setup)), nl=True)
+            finally:
+                setup.close()
+
+
+if __name__ == "__main__":
+    main()

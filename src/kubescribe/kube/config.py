@@ -1,0 +1,137 @@
+"""Connection settings for the API server: kubeconfig files and the in-cluster service account.
+
+The common cases (client certificates, bearer tokens, token files, in-cluster) are read here;
+kubeconfigs that need an exec plugin or an auth provider are handed to kubernetes_asyncio's
+loader. Importing kubernetes_asyncio costs 1.3 s and 70 MB (it loads every generated model),
+so it is only imported for those.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import ssl
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+class ConfigError(Exception):
+    """The kubeconfig or the in-cluster environment cannot be used."""
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where the API server is, how to trust it and how to authenticate."""
+
+    host: str
+    ssl: ssl.SSLContext | bool
+    token: str | None = None
+    token_file: Path | None = None
+
+    def authorization(self) -> str | None:
+        """The Authorization header; token files are re-read (projected tokens rotate)."""
+        if self.token_file is not None:
+            return f"Bearer {self.token_file.read_text().strip()}"
+        return f"Bearer {self.token}" if self.token else None
+
+
+def _pem_chain(ctx: ssl.SSLContext, cert: bytes, key: bytes) -> None:
+    """load_cert_chain only reads files: stage them in a private folder for the call."""
+    with tempfile.TemporaryDirectory(prefix="kubescribe-tls-") as tmp:
+        cert_path, key_path = Path(tmp, "tls.crt"), Path(tmp, "tls.key")
+        cert_path.write_bytes(cert)
+        key_path.touch(mode=0o600)
+        key_path.write_bytes(key)
+        ctx.load_cert_chain(cert_path, key_path)
+
+
+def _data_or_file(entry: Mapping[str, Any], name: str, base: Path) -> bytes | None:
+    data = entry.get(f"{name}-data")
+    if data:
+        return base64.b64decode(data)
+    path = entry.get(name)
+    if path:
+        return (base / str(path)).read_bytes()
+    return None
+
+
+def _named(items: Any, name: str, what: str) -> Mapping[str, Any]:
+    for item in items or []:
+        if item.get("name") == name:
+            return item.get(what) or {}
+    raise ConfigError(f"kubeconfig has no {what} named {name!r}")
+
+
+def from_kubeconfig(path: Path, context: str | None = None) -> Connection | None:
+    """The connection of a kubeconfig, or None when it needs an exec plugin/auth provider."""
+    doc = yaml.safe_load(path.read_text()) or {}
+    base = path.parent
+    ctx_name = context or doc.get("current-context")
+    if not ctx_name:
+        raise ConfigError(f"{path}: no context given and no current-context set")
+    ctx = _named(doc.get("contexts"), ctx_name, "context")
+    cluster = _named(doc.get("clusters"), ctx["cluster"], "cluster")
+    user = _named(doc.get("users"), ctx["user"], "user") if ctx.get("user") else {}
+    if "exec" in user or "auth-provider" in user:
+        return None
+    tls: ssl.SSLContext | bool
+    if cluster.get("insecure-skip-tls-verify"):
+        tls = False
+    else:
+        ca = _data_or_file(cluster, "certificate-authority", base)
+        tls = ssl.create_default_context(cadata=ca.decode() if ca else None)
+        if ca is None:
+            tls.load_default_certs()
+        cert = _data_or_file(user, "client-certificate", base)
+        key = _data_or_file(user, "client-key", base)
+        if cert and key:
+            _pem_chain(tls, cert, key)
+    token_file = user.get("tokenFile")
+    return Connection(
+        host=str(cluster["server"]).rstrip("/"),
+        ssl=tls,
+        token=user.get("token"),
+        token_file=base / token_file if token_file else None,
+    )
+
+
+def in_cluster() -> Connection:
+    host, port = (
+        os.environ.get("KUBERNETES_SERVICE_HOST"),
+        os.environ.get("KUBERNETES_SERVICE_PORT"),
+    )
+    if not host or not port:
+        raise ConfigError(
+            "not running in a cluster (KUBERNETES_SERVICE_HOST is unset); pass --kubeconfig"
+        )
+    if ":" in host:
+        host = f"[{host}]"
+    ctx = ssl.create_default_context(cafile=str(SERVICE_ACCOUNT / "ca.crt"))
+    return Connection(f"https://{host}:{port}", ctx, token_file=SERVICE_ACCOUNT / "token")
+
+
+async def via_kubernetes_asyncio(path: Path, context: str | None) -> Connection:
+    """Exec plugins and auth providers: let kubernetes_asyncio run them, then use the result."""
+    from kubernetes_asyncio import config as kube_config  # noqa: PLC0415 - 1.3 s import
+    from kubernetes_asyncio.client import Configuration  # noqa: PLC0415
+
+    cfg = Configuration()
+    await kube_config.load_kube_config(
+        config_file=str(path), context=context, client_configuration=cfg
+    )
+    tls: ssl.SSLContext | bool = False
+    if cfg.verify_ssl:
+        tls = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
+        if cfg.cert_file:
+            tls.load_cert_chain(cfg.cert_file, cfg.key_file)
+    token = await cfg.get_api_key_with_prefix("authorization")
+    return Connection(
+        str(cfg.host).rstrip("/"), tls, token=token.removeprefix("Bearer ") if token else None
+    )
