@@ -16,6 +16,15 @@ from kubescribe import __version__
 from kubescribe import logging as klog
 from kubescribe.api.crds import render_crds
 from kubescribe.app import run_operator
+from kubescribe.controller.snapshot import (
+    Selection,
+    SnapshotError,
+    run_snapshot,
+    select_types,
+)
+from kubescribe.git.worker import Committer
+from kubescribe.kube.client import KubeClient
+from kubescribe.kube.discovery import Discovered
 
 log = structlog.get_logger(__name__)
 
@@ -65,6 +74,75 @@ def run(
     """Run the operator until SIGTERM/SIGINT; pending writes are flushed on the way out."""
     klog.configure(log_level)
     asyncio.run(_until_signal(run_operator(kubeconfig, context, cache_dir, metrics_addr)))
+
+
+@main.command()
+@click.option("--kubeconfig", type=click.Path(exists=True, path_type=Path), envvar="KUBECONFIG")
+@click.option("--context", default=None)
+@click.option(
+    "--repo",
+    "repo_dir",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Local Git repository (created when missing).",
+)
+@click.option("--branch", default="main", show_default=True)
+@click.option(
+    "--path", "folder", default=".", show_default=True, help="Folder inside the repository."
+)
+@click.option(
+    "--resource",
+    "resources",
+    multiple=True,
+    help="RESOURCE or GROUP/RESOURCE (core/ for the core group), globs allowed; repeatable. "
+    "Default: every listable type.",
+)
+@click.option(
+    "--namespace", default="", help="Only this namespace (cluster-scoped types are skipped)."
+)
+@click.option("--selector", default=None, help="Label selector, e.g. app=web,tier!=cache.")
+def snapshot(
+    kubeconfig: Path | None,
+    context: str | None,
+    repo_dir: Path,
+    branch: str,
+    folder: str,
+    resources: tuple[str, ...],
+    namespace: str,
+    selector: str | None,
+) -> None:
+    """Export the selected objects into a Git repository once (brownfield onboarding)."""
+    klog.configure("warning")
+    selection = Selection(resources, namespace, selector)
+
+    async def export() -> str | None:
+        client = await KubeClient.connect(kubeconfig, context)
+        try:
+            types = await select_types(client, selection)
+            with click.progressbar(length=len(types), label="exporting", show_pos=True) as bar:
+
+                def advance(item: Discovered) -> None:
+                    bar.label = item.rtype.gvr
+                    bar.update(1)
+
+                return await run_snapshot(
+                    client,
+                    repo_dir,
+                    selection,
+                    types,
+                    branch=branch,
+                    folder=folder,
+                    committer=Committer("kubescribe", "kubescribe@users.noreply.local"),
+                    progress=advance,
+                )
+        finally:
+            await client.close()
+
+    try:
+        tip = asyncio.run(export())
+    except SnapshotError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{repo_dir}: {branch} at {tip}" if tip else f"{repo_dir}: nothing to write")
 
 
 async def _until_signal(main_coro: Coroutine[Any, Any, None]) -> None:

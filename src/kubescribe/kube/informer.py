@@ -109,7 +109,7 @@ class Informer:
         while True:
             try:
                 if self.rv is None and not self._watch_list:
-                    await self._relist()
+                    await self.relist()
                 await self._watch(backoff)
                 metrics.WATCH_RESTARTS.labels(gvr, "timeout").inc()
             except Gone:
@@ -141,7 +141,8 @@ class Informer:
         await self.sink.on_snapshot(objects, deleted, rv)
         self.synced.set()
 
-    async def _relist(self) -> None:
+    async def relist(self) -> None:
+        """One paginated LIST, delivered as a snapshot (the fallback, and one-shot exports)."""
         objects: dict[ObjectKey, dict[str, Any]] = {}
         params: dict[str, str] = {"limit": str(self.page_size)}
         if self.label_selector:
