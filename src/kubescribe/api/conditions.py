@@ -55,7 +55,7 @@ _REASON = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
 _MAX_MESSAGE = 32768
 
 
-def set_condition(  # noqa: PLR0917 (positional order is the documented contract)
+def set_condition(
     conditions: list[dict[str, Any]],
     type: str,
     status: ConditionStatus,

@@ -1,1 +1,1 @@
-"""Developer environment: a real local control plane and Git remote for tests, demo and benchmarks."""
+"""Developer environment: a real local control plane and Git remote for tests, demo, benchmarks."""

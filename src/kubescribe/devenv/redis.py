@@ -30,9 +30,24 @@ class RedisServer:
             raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.workdir), "--logfile", str(self.workdir / "redis.log")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+                "--logfile",
+                str(self.workdir / "redis.log"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
