@@ -1,0 +1,38 @@
+"""Who made a change: commit author identities and the resolver seam between the watch path
+and the audit attribution (which lives in `kubescribe.attribution`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, order=True)
+class Author:
+    name: str
+    email: str
+
+
+UNRESOLVED = Author("unknown (attribution unresolved)", "unknown@attribution.kubescribe.invalid")
+"""Written when attribution is on but no audit fact names the actor in time. Never the
+committer: a missing fact must be visible in history (design ground rule 2)."""
+
+
+@dataclass(frozen=True)
+class ObjectEvent:
+    """What the resolver needs to find the actor of one observed change."""
+
+    uid: str
+    resource_version: str
+    group: str
+    resource: str
+    namespace: str
+    name: str
+    operation: str  # CREATE | UPDATE | DELETE
+
+
+class AuthorResolver(Protocol):
+    async def author_of(self, event: ObjectEvent, observed_at: float) -> Author | None:
+        """The actor of `event`, waiting at most the grace period counted from `observed_at`
+        (a monotonic timestamp); None when no fact arrived in time."""
+        ...
