@@ -66,6 +66,7 @@ class TargetStream:
         return Identity(rtype.group, rtype.kind, namespace if rtype.namespaced else "", name)
 
     def _keep(self, obj: Mapping[str, Any]) -> bool:
+        """Selected by a rule and not noise (noise is counted by reason)."""
         labels = (obj.get("metadata") or {}).get("labels") or {}
         if not self.spec.selects(labels):
             return False
@@ -111,10 +112,14 @@ class TargetStream:
 
     async def on_event(self, event_type: str, obj: dict[str, Any], rv: str) -> None:
         operation = _OPERATIONS.get(event_type)
-        if operation is None or operation not in self.spec.operations:
-            return
         meta = obj.get("metadata") or {}
-        if operation is not Operation.DELETE and not self._keep(obj):
+        if operation is not None and operation is not Operation.DELETE:
+            if not self.spec.selects(meta.get("labels") or {}):
+                # Only client-side selectors get here: the object left the selection.
+                operation = Operation.DELETE
+            elif not self._keep(obj):
+                return
+        if operation is None or operation not in self.spec.operations:
             return
         self.submit(
             Change(
@@ -125,6 +130,7 @@ class TargetStream:
                 document=None if operation is Operation.DELETE else self._document(obj),
                 observed_at=self.clock(),
                 cursor=Cursor(self.spec.key, rv),
+                uid=str(meta.get("uid") or ""),
             )
         )
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubescribe.mirror.authors import Author
 from kubescribe.mirror.identity import Identity, ResourceType
 
 
@@ -46,6 +47,7 @@ class Change:
     """One observed create, update or delete of one object, already sanitized.
 
     `document` is None for a delete. `observed_at` is a monotonic timestamp for lag metrics.
+    `uid` joins the change to audit facts; `author` is set once attribution resolved it.
     """
 
     target: TargetKey
@@ -55,6 +57,8 @@ class Change:
     document: Mapping[str, Any] | None
     observed_at: float
     cursor: Cursor | None = None
+    uid: str = ""
+    author: Author | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,85 @@
+"""The stream sink turns watch events into sanitized changes and snapshots."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubescribe.controller.streams import StreamSpec, TargetStream, merge_operations
+from kubescribe.mirror.changes import Change, Operation, Snapshot, TargetKey
+from kubescribe.mirror.identity import Identity, ResourceType
+from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY
+
+CM = ResourceType("", "v1", "configmaps", "ConfigMap", True)
+TARGET = TargetKey("ns", "t")
+
+
+def cm(name: str, **labels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-{name}",
+            "labels": labels,
+            "resourceVersion": "7",
+            "managedFields": [{}],
+        },
+        "data": {"a": "1"},
+    }
+
+
+def sink(
+    *selectors: dict[str, Any] | None, ops: frozenset[Operation] = frozenset(Operation)
+) -> tuple[TargetStream, list[Change | Snapshot]]:
+    out: list[Change | Snapshot] = []
+    spec = StreamSpec(TARGET, CM, "ns", selectors or (None,), ops)
+    return TargetStream(spec, DEFAULT_NOISE_POLICY, out.append, lambda: 1.0), out
+
+
+async def test_events_become_sanitized_changes_with_uid() -> None:
+    stream, out = sink()
+    await stream.on_event("ADDED", cm("a"), "7")
+    (change,) = out
+    assert isinstance(change, Change)
+    assert change.operation is Operation.CREATE
+    assert change.identity == Identity("", "ConfigMap", "ns", "a")
+    assert change.uid == "uid-a"
+    assert change.document is not None
+    assert "managedFields" not in change.document["metadata"]
+
+
+async def test_noise_is_dropped_and_snapshot_keeps_observed_deletes() -> None:
+    stream, out = sink()
+    await stream.on_event("ADDED", cm("kube-root-ca.crt"), "8")
+    assert out == []
+    await stream.on_snapshot(
+        {("ns", "a"): cm("a"), ("ns", "kube-root-ca.crt"): cm("kube-root-ca.crt")},
+        {("ns", "gone")},
+        "9",
+    )
+    (snap,) = out
+    assert isinstance(snap, Snapshot)
+    assert list(snap.documents) == [Identity("", "ConfigMap", "ns", "a")]
+    assert snap.deleted == frozenset({Identity("", "ConfigMap", "ns", "gone")})
+
+
+async def test_object_leaving_a_client_side_selection_is_a_delete() -> None:
+    stream, out = sink({"matchLabels": {"team": "a"}}, {"matchLabels": {"team": "b"}})
+    assert stream.spec.server_selector is None
+    await stream.on_event("MODIFIED", cm("x", team="c"), "10")
+    (change,) = out
+    assert isinstance(change, Change)
+    assert change.operation is Operation.DELETE
+    assert change.document is None
+
+
+async def test_operations_filter_live_events() -> None:
+    stream, out = sink(ops=merge_operations([["CREATE"]]))
+    await stream.on_event("MODIFIED", cm("a"), "11")
+    await stream.on_event("DELETED", cm("a"), "12")
+    assert out == []
+    await stream.on_snapshot({}, {("ns", "a")}, "13")
+    (snap,) = out
+    assert isinstance(snap, Snapshot)
+    assert snap.deleted == frozenset()  # deletes are not mirrored for this stream
