@@ -64,3 +64,50 @@ RETAINED = Gauge(
     ["target"],
     registry=REGISTRY,
 )
+
+# -- attribution (audit facts, admission records) ----------------------------------------------
+ATTRIBUTION = Counter(
+    "kubescribe_attribution_total",
+    "Author lookups, by outcome (exact, delete, collection, unresolved).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+ATTRIBUTION_WAIT = Histogram(
+    "kubescribe_attribution_wait_seconds",
+    "Time an author lookup waited for its audit fact (grace wait).",
+    buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30),
+    registry=REGISTRY,
+)
+AUDIT_EVENTS = Counter(
+    "kubescribe_audit_events_total",
+    "Audit events received, by outcome (fact, skipped_*).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+AUDIT_REQUESTS = Counter(
+    "kubescribe_audit_requests_total",
+    "Audit webhook requests, by HTTP status code.",
+    ["code"],
+    registry=REGISTRY,
+)
+FACTS = Gauge(
+    "kubescribe_attribution_facts", "Facts held in the local fact index.", registry=REGISTRY
+)
+FACTS_EVICTED = Counter(
+    "kubescribe_attribution_facts_evicted_total",
+    "Facts dropped from the local fact index, by reason (capacity, expired).",
+    ["reason"],
+    registry=REGISTRY,
+)
+FACT_STORE_ERRORS = Counter(
+    "kubescribe_fact_store_errors_total",
+    "Fact store backend errors, by operation (add, read).",
+    ["op"],
+    registry=REGISTRY,
+)
+ADMISSION_REVIEWS = Counter(
+    "kubescribe_admission_reviews_total",
+    "Admission reviews answered, by result (recorded, ignored, invalid).",
+    ["result"],
+    registry=REGISTRY,
+)
