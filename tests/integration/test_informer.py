@@ -1,0 +1,119 @@
+"""Our watch loop against a real API server: initial snapshot, live events, 410 Gone re-list."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubescribe.devenv.controlplane import ControlPlane
+from kubescribe.kube.client import KubeClient
+from kubescribe.kube.informer import Informer, ObjectKey
+from kubescribe.mirror.identity import ResourceType
+
+pytestmark = pytest.mark.controlplane
+CM = ResourceType("", "v1", "configmaps", "ConfigMap", True)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.snapshots: list[tuple[set[ObjectKey], set[ObjectKey]]] = []
+        self.events: list[tuple[str, str]] = []
+        self.changed = asyncio.Event()
+
+    async def on_snapshot(self, objects: Any, deleted: set[ObjectKey], rv: str) -> None:
+        self.snapshots.append((set(objects), set(deleted)))
+        self.changed.set()
+
+    async def on_event(self, event_type: str, obj: dict[str, Any], rv: str) -> None:
+        self.events.append((event_type, obj["metadata"]["name"]))
+        self.changed.set()
+
+    async def until(self, check: Any, timeout: float = 20) -> None:
+        async with asyncio.timeout(timeout):
+            while not check():
+                self.changed.clear()
+                await self.changed.wait()
+
+
+async def test_initial_snapshot_then_live_events(
+    controlplane: ControlPlane, namespace: str
+) -> None:
+    controlplane.kubectl("create", "configmap", "early", "-n", namespace, "--from-literal=a=1")
+    client = await KubeClient.connect(controlplane.kubeconfig)
+    rec = Recorder()
+    informer = Informer(client, CM, rec, namespace=namespace)
+    task = asyncio.create_task(informer.run())
+    try:
+        await rec.until(lambda: rec.snapshots)
+        assert rec.snapshots[0][0] >= {(namespace, "early")}
+        await asyncio.to_thread(
+            controlplane.kubectl,
+            "create",
+            "configmap",
+            "late",
+            "-n",
+            namespace,
+            "--from-literal=a=1",
+        )
+        await asyncio.to_thread(
+            controlplane.kubectl, "delete", "configmap", "early", "-n", namespace
+        )
+        await rec.until(lambda: ("DELETED", "early") in rec.events)
+        assert rec.events[:2] == [("ADDED", "late"), ("DELETED", "early")]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await client.close()
+
+
+async def test_gone_relists_and_reports_deletes_missed_in_the_gap(tmp_path: Path) -> None:
+    # No watch cache and fast compaction: a stale resourceVersion gets 410 Gone quickly.
+    args = ("--watch-cache=false", "--etcd-compaction-interval=1s")
+    with ControlPlane(workdir=tmp_path, extra_apiserver_args=args) as cp:
+        cp.kubectl("create", "namespace", "gap")
+        cp.kubectl("create", "configmap", "stays", "-n", "gap", "--from-literal=a=1")
+        cp.kubectl("create", "configmap", "vanishes", "-n", "gap", "--from-literal=a=1")
+        client = await KubeClient.connect(cp.kubeconfig)
+        rec = Recorder()
+        informer = Informer(client, CM, rec, namespace="gap")
+        task = asyncio.create_task(informer.run())
+        try:
+            await rec.until(lambda: rec.snapshots)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        stale = informer.rv
+        await asyncio.to_thread(cp.kubectl, "delete", "configmap", "vanishes", "-n", "gap")
+        for i in range(5):
+            await asyncio.to_thread(
+                cp.kubectl, "create", "configmap", f"churn-{i}", "-n", "gap", "--from-literal=a=1"
+            )
+        path = (
+            f"/api/v1/namespaces/gap/configmaps?resourceVersion={stale}&resourceVersionMatch=Exact"
+        )
+
+        def compacted() -> bool:
+            return "Expired" in cp.kubectl("get", "--raw", path, check=False).stderr
+
+        async with asyncio.timeout(30):
+            while not await asyncio.to_thread(compacted):
+                await asyncio.sleep(0.2)
+        informer.rv = stale
+        task = asyncio.create_task(informer.run())
+        try:
+            await rec.until(lambda: len(rec.snapshots) >= 2, timeout=30)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await client.close()
+        objects, deleted = rec.snapshots[1]
+        assert deleted == {("gap", "vanishes")}
+        assert ("gap", "stays") in objects
+        assert {("gap", f"churn-{i}") for i in range(5)} <= objects
