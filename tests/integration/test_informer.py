@@ -13,6 +13,7 @@ from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.kube.client import KubeClient
 from kubescribe.kube.informer import Informer, ObjectKey
 from kubescribe.mirror.identity import ResourceType
+from tests.support import wait_for
 
 pytestmark = pytest.mark.controlplane
 CM = ResourceType("", "v1", "configmaps", "ConfigMap", True)
@@ -94,16 +95,14 @@ async def test_gone_relists_and_reports_deletes_missed_in_the_gap(tmp_path: Path
             await asyncio.to_thread(
                 cp.kubectl, "create", "configmap", f"churn-{i}", "-n", "gap", "--from-literal=a=1"
             )
-        path = (
-            f"/api/v1/namespaces/gap/configmaps?resourceVersion={stale}&resourceVersionMatch=Exact"
+        watch = (
+            f"/api/v1/namespaces/gap/configmaps?watch=1&resourceVersion={stale}&timeoutSeconds=1"
         )
 
         def compacted() -> bool:
-            return "Expired" in cp.kubectl("get", "--raw", path, check=False).stderr
+            return '"code":410' in cp.kubectl("get", "--raw", watch, check=False).stdout
 
-        async with asyncio.timeout(30):
-            while not await asyncio.to_thread(compacted):
-                await asyncio.sleep(0.2)
+        await asyncio.to_thread(wait_for, compacted, 30, 0.2, "compaction of the stale revision")
         informer.rv = stale
         task = asyncio.create_task(informer.run())
         try:
