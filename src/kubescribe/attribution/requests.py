@@ -1,0 +1,82 @@
+"""Who created each CommitRequest, as recorded by the validating admission webhook.
+
+Records live in the fact index under a reserved route (audit routes are DNS labels, so they
+never collide with it). The first record for a uid wins: a later review for the same object
+(a forged or replayed one) cannot rename its author.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from kubescribe.attribution.facts import FactIndex, Record
+from kubescribe.mirror.authors import Author
+
+ROUTE = "@commitrequests"
+
+
+def _uid_key(uid: str) -> str:
+    return f"cr-uid/{uid}"
+
+
+def _name_key(namespace: str, name: str) -> str:
+    return f"cr-name/{namespace}/{name}"
+
+
+class CommitRequestAuthors:
+    """Records requesters and answers `author_of_request` for the CommitRequest controller.
+
+    `grace` bounds how long a lookup waits for a record still on its way (with Redis, a
+    review answered by another replica reaches this one a moment later).
+    """
+
+    def __init__(
+        self,
+        facts: FactIndex,
+        grace: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.facts = facts
+        self.grace = grace
+        self.clock = clock
+
+    async def record(self, namespace: str, name: str, uid: str, author: Author) -> None:
+        keys = [_name_key(namespace, name)] + ([_uid_key(uid)] if uid else [])
+        record = {
+            "namespace": namespace,
+            "object": name,
+            "uid": uid,
+            "name": author.name,
+            "email": author.email,
+        }
+        await self.facts.add(ROUTE, [(keys, record)])
+
+    async def author_of_request(self, namespace: str, name: str, uid: str) -> Author | None:
+        """The creator of the CommitRequest (by uid; by namespace/name when the uid was not
+        recorded); None when no review was recorded within the grace period."""
+        deadline = self.clock() + self.grace
+        while True:
+            found = self._find(namespace, name, uid)
+            if found is not None:
+                return found
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                return None
+            await self.facts.wait(ROUTE, remaining)
+
+    def _find(self, namespace: str, name: str, uid: str) -> Author | None:
+        if uid:
+            for record in self.facts.find(ROUTE, _uid_key(uid)):
+                return _author(record)
+        candidates = [
+            r
+            for r in self.facts.find(ROUTE, _name_key(namespace, name))
+            if not uid or not r.get("uid") or r.get("uid") == uid
+        ]
+        return _author(candidates[-1]) if candidates else None
+
+
+def _author(record: Record) -> Author | None:
+    name, email = record.get("name"), record.get("email")
+    return Author(name, email) if name and email else None

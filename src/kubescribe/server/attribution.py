@@ -1,0 +1,151 @@
+"""Start the attribution side of the operator: fact index (memory or Redis), the audit
+receiver site, the admission webhook site, the resolver and the CommitRequest author lookup."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+from aiohttp import web
+
+from kubescribe.attribution.facts import FactIndex
+from kubescribe.attribution.requests import CommitRequestAuthors
+from kubescribe.attribution.resolver import AuditAuthorResolver
+from kubescribe.server.admission import admission_app
+from kubescribe.server.audit import DEFAULT_MAX_BODY, AuditRoute, audit_app
+from kubescribe.server.tls import reload_on_change, server_context
+from kubescribe.store.memory import MemoryFactStore
+from kubescribe.store.redis import RedisFactStore
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class AttributionOptions:
+    """The `kubescribe run` flags of attribution (all off by default)."""
+
+    audit_addr: str = ""
+    audit_tls_cert: Path | None = None
+    audit_tls_key: Path | None = None
+    audit_client_ca: Path | None = None
+    audit_route: str = "local"
+    audit_extra_routes: tuple[str, ...] = ()
+    audit_max_body: int = DEFAULT_MAX_BODY
+    grace: float = 3.0
+    redis_url: str = ""
+    webhook_addr: str = ""
+    webhook_tls_cert: Path | None = None
+    webhook_tls_key: Path | None = None
+    webhook_client_ca: Path | None = None
+    max_facts: int = 100_000
+    fact_retention: float = 900.0
+
+    def problems(self) -> list[str]:
+        """Flag combinations that cannot work, as messages (empty: fine)."""
+        found = []
+        if self.audit_addr and not (self.audit_tls_cert and self.audit_tls_key):
+            found.append("--audit-addr needs --audit-tls-cert and --audit-tls-key")
+        if self.audit_addr and not self.audit_client_ca:
+            found.append("--audit-addr needs --audit-client-ca (clients must authenticate)")
+        if self.webhook_addr and not (self.webhook_tls_cert and self.webhook_tls_key):
+            found.append("--webhook-addr needs --webhook-tls-cert and --webhook-tls-key")
+        if self.grace < 0:
+            found.append("--attribution-grace must not be negative")
+        if self.audit_max_body < 1024:
+            found.append("--audit-max-body must be at least 1024 bytes")
+        for spec in (self.audit_route, *self.audit_extra_routes):
+            try:
+                AuditRoute.parse(spec)
+            except ValueError as exc:
+                found.append(str(exc))
+        return found
+
+    @property
+    def route(self) -> AuditRoute:
+        return AuditRoute.parse(self.audit_route)
+
+
+@dataclass
+class Attribution:
+    """What the rest of the operator uses: `resolver` (None when no audit facts can arrive:
+    neither a receiver nor Redis is configured) and `requests` (CommitRequest authors)."""
+
+    facts: FactIndex
+    resolver: AuditAuthorResolver | None
+    requests: CommitRequestAuthors
+    runners: list[web.AppRunner] = field(default_factory=list)
+
+
+def _split_addr(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+@contextlib.asynccontextmanager
+async def attribution(opts: AttributionOptions) -> AsyncIterator[Attribution]:
+    """Start the fact index and the HTTPS sites; stop them on exit."""
+    problems = opts.problems()
+    if problems:
+        raise ValueError("; ".join(problems))
+    store: MemoryFactStore | RedisFactStore
+    local = MemoryFactStore(max_records=opts.max_facts, retention=opts.fact_retention)
+    if opts.redis_url:
+        store = RedisFactStore(opts.redis_url, retention=opts.fact_retention, local=local)
+        await store.start()
+    else:
+        store = local
+    own = opts.route
+    resolver = (
+        AuditAuthorResolver(store, own.name, opts.grace)
+        if opts.audit_addr or opts.redis_url
+        else None
+    )
+    running = Attribution(store, resolver, CommitRequestAuthors(store))
+    reloads: list[asyncio.Task[None]] = []
+    try:
+        if opts.audit_addr:
+            assert opts.audit_tls_cert and opts.audit_tls_key
+            routes = {r.name: r for r in map(AuditRoute.parse, opts.audit_extra_routes)}
+            routes[own.name] = own
+            ctx = server_context(opts.audit_tls_cert, opts.audit_tls_key, opts.audit_client_ca)
+            app = audit_app(store, routes, max_body=opts.audit_max_body)
+            running.runners.append(await _serve(app, opts.audit_addr, ctx))
+            reloads.append(
+                asyncio.create_task(reload_on_change(ctx, opts.audit_tls_cert, opts.audit_tls_key))
+            )
+            log.info("audit.listening", addr=opts.audit_addr, routes=sorted(routes))
+        if opts.webhook_addr:
+            assert opts.webhook_tls_cert and opts.webhook_tls_key
+            ctx = server_context(
+                opts.webhook_tls_cert, opts.webhook_tls_key, opts.webhook_client_ca
+            )
+            app = admission_app(
+                running.requests, require_client_cert=opts.webhook_client_ca is not None
+            )
+            running.runners.append(await _serve(app, opts.webhook_addr, ctx))
+            reloads.append(
+                asyncio.create_task(
+                    reload_on_change(ctx, opts.webhook_tls_cert, opts.webhook_tls_key)
+                )
+            )
+            log.info("admission.listening", addr=opts.webhook_addr)
+        yield running
+    finally:
+        for task in reloads:
+            task.cancel()
+        for runner in running.runners:
+            await runner.cleanup()
+        await store.close()
+
+
+async def _serve(app: web.Application, addr: str, ctx: ssl.SSLContext) -> web.AppRunner:
+    host, port = _split_addr(addr)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port, ssl_context=ctx).start()
+    return runner

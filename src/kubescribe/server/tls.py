@@ -1,0 +1,66 @@
+"""TLS for the operator's HTTPS sites (audit receiver, admission webhook)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+
+def server_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSLContext:
+    """A serving context; with `client_ca`, client certificates signed by it are verified.
+
+    Verification is `CERT_OPTIONAL`: a certificate that does not verify fails the handshake,
+    a missing one reaches the handler, which answers 401 (a clearer error than a reset).
+    """
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert, key)
+    if client_ca is not None:
+        ctx.load_verify_locations(cafile=str(client_ca))
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+    return ctx
+
+
+def peer_common_name(transport: Any) -> str | None:
+    """The verified client certificate's subject CN ('' without a CN); None without one."""
+    if transport is None:
+        return None
+    cert = transport.get_extra_info("peercert")
+    if not cert:
+        return None
+    for rdn in cert.get("subject", ()):
+        for attr, value in rdn:
+            if attr == "commonName":
+                return str(value)
+    return ""
+
+
+async def reload_on_change(
+    ctx: ssl.SSLContext, cert: Path, key: Path, interval: float = 10.0
+) -> None:
+    """Reload the serving certificate when its files change (mounted Secrets rotate);
+    new handshakes get the new certificate. Runs until cancelled."""
+
+    def stamp() -> tuple[float, float]:
+        return cert.stat().st_mtime, key.stat().st_mtime
+
+    last = (0.0, 0.0)
+    with contextlib.suppress(OSError):
+        last = stamp()
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            now = stamp()
+            if now != last:
+                ctx.load_cert_chain(cert, key)
+                last = now
+                log.info("tls.reloaded", cert=str(cert))
+        except (OSError, ssl.SSLError) as exc:
+            log.warning("tls.reload_failed", cert=str(cert), error=str(exc))

@@ -1,0 +1,173 @@
+"""A fact index shared through Redis Streams (several replicas, or facts that outlive a restart).
+
+`add` appends each record to the route's stream (`XADD <prefix><route> MAXLEN ~ N`). Every
+replica tails the streams of the routes it uses (`XREAD BLOCK`, no consumer group: each replica
+needs every fact) into a local bounded `MemoryFactStore`, which answers `find` and `wait`.
+A route first used after start is read back `retention` seconds, so a replica that starts
+late (or restarts) still finds recent facts.
+
+Redis being down costs author fidelity only: `add` then indexes locally (this replica still
+finds the facts it received) and counts `kubescribe_fact_store_errors_total{op="add"}`; the
+tailer retries with backoff. The socket timeout stays above BLOCK (redis-py 8 defaults it to
+5 s, which would cut longer blocking reads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+import structlog
+from redis.exceptions import RedisError
+
+from kubescribe import metrics
+from kubescribe.store.memory import MemoryFactStore
+
+log = structlog.get_logger(__name__)
+
+Record = Mapping[str, str]
+DEFAULT_PREFIX = "kubescribe:facts:"
+
+
+class RedisFactStore:
+    """Implements the attribution fact-index protocol (`add`, `find`, `wait`) over Redis."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        max_stream_length: int = 100_000,
+        retention: float = 900.0,
+        block: float = 1.0,
+        local: MemoryFactStore | None = None,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.url = url
+        self.prefix = prefix
+        self.max_stream_length = max_stream_length
+        self.retention = retention
+        self.block = block
+        self.local = local or MemoryFactStore(retention=retention)
+        self.wall = wall
+        self._client: aioredis.Redis = aioredis.Redis.from_url(
+            url,
+            decode_responses=True,
+            socket_timeout=block + 5.0,
+            socket_connect_timeout=5.0,
+        )
+        self._cursors: dict[str, str] = {}
+        self._new_route = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._tail(), name="fact-store-tail")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self._client.aclose()
+
+    async def __aenter__(self) -> RedisFactStore:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- protocol --------------------------------------------------------------------------
+    async def add(self, route: str, records: Sequence[tuple[Sequence[str], Record]]) -> None:
+        if not records:
+            return
+        self.follow(route)
+        try:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for keys, record in records:
+                    pipe.xadd(
+                        self.prefix + route,
+                        _encode(keys, record),
+                        maxlen=self.max_stream_length,
+                        approximate=True,
+                    )
+                await pipe.execute()
+        except (RedisError, OSError) as exc:
+            metrics.FACT_STORE_ERRORS.labels("add").inc()
+            log.warning("facts.redis_add_failed", route=route, error=str(exc))
+            self.local.index(route, records)
+
+    def find(self, route: str, key: str) -> Sequence[Record]:
+        self.follow(route)
+        return self.local.find(route, key)
+
+    async def wait(self, route: str, timeout: float) -> bool:
+        self.follow(route)
+        return await self.local.wait(route, timeout)
+
+    def follow(self, route: str) -> None:
+        """Tail `route`'s stream from `retention` seconds ago (once per route)."""
+        if route not in self._cursors:
+            since_ms = max(0, int((self.wall() - self.retention) * 1000))
+            self._cursors[route] = f"{since_ms}-0"
+            self._new_route.set()
+
+    # -- tailer ----------------------------------------------------------------------------
+    async def _tail(self) -> None:
+        backoff = 0.2
+        while True:
+            if not self._cursors:
+                await self._new_route.wait()
+            self._new_route.clear()
+            streams: dict[Any, Any] = {self.prefix + r: c for r, c in self._cursors.items()}
+            try:
+                reply: Any = await self._client.xread(
+                    streams, count=1000, block=int(self.block * 1000)
+                )
+            except (RedisError, OSError) as exc:
+                metrics.FACT_STORE_ERRORS.labels("read").inc()
+                log.warning("facts.redis_read_failed", error=str(exc), retry_in=backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            backoff = 0.2
+            for stream, entries in _stream_entries(reply):
+                route = stream.removeprefix(self.prefix)
+                batch = []
+                for entry_id, fields in entries:
+                    self._cursors[route] = entry_id
+                    decoded = _decode(fields)
+                    if decoded is not None:
+                        batch.append(decoded)
+                self.local.index(route, batch)
+
+
+def _encode(keys: Sequence[str], record: Record) -> dict[Any, Any]:
+    return {"keys": json.dumps(list(keys)), "record": json.dumps(dict(record), sort_keys=True)}
+
+
+def _decode(fields: Mapping[str, str]) -> tuple[list[str], dict[str, str]] | None:
+    try:
+        keys = json.loads(fields["keys"])
+        record = json.loads(fields["record"])
+    except (KeyError, ValueError, TypeError):
+        return None
+    if not isinstance(keys, list) or not isinstance(record, dict):
+        return None
+    return [str(k) for k in keys], {str(k): str(v) for k, v in record.items()}
+
+
+def _stream_entries(reply: Any) -> list[tuple[str, list[tuple[str, Mapping[str, str]]]]]:
+    """An XREAD reply (RESP2): a list of [stream, [(id, fields), ...]]."""
+    out = []
+    for stream, entries in reply or []:
+        out.append((str(stream), [(str(i), f) for i, f in entries if f is not None]))
+    return out
