@@ -36,3 +36,22 @@ class AuthorResolver(Protocol):
         """The actor of `event`, waiting at most the grace period counted from `observed_at`
         (a monotonic timestamp); None when no fact arrived in time."""
         ...
+
+
+class CommitRequestAuthors(Protocol):
+    """Who created a CommitRequest: recorded by the admission webhook (`kubescribe.attribution`)
+    from the AdmissionReview `userInfo` of the CREATE, and looked up by the CommitRequest
+    controller before it closes a window.
+
+    A request only ever closes a window authored by its requester, so one user's request never
+    commits another user's changes under their message. With `attributed-author`, an unknown
+    requester (None: no webhook, or no record) matches only a window whose author is
+    `UNRESOLVED`; with `configured-author` every window is the committer's and any request
+    closes it.
+    """
+
+    async def author_of_request(self, namespace: str, name: str, uid: str) -> Author | None:
+        """The author who created CommitRequest `namespace/name` with this `uid` (the uid tells
+        a re-created request of the same name apart); None when unknown. Should answer
+        quickly (the record is written at admission, before the object exists)."""
+        ...
