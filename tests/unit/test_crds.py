@@ -181,7 +181,7 @@ def test_status_fields() -> None:
         "streams",
         "encryption",
     }
-    assert "normalizedUrl" in _at("GitProvider", ".status")["properties"]
+    assert {"normalizedUrl", "signingKey"} <= _at("GitProvider", ".status")["properties"].keys()
     assert "resolvedResources" in _at("ClusterWatchRule", ".status")["properties"]
 
 
@@ -195,7 +195,8 @@ def test_printer_columns() -> None:
     ready = ("Ready", '.status.conditions[?(@.type=="Ready")].status', 0)
     reason = ("Reason", '.status.conditions[?(@.type=="Ready")].reason', 0)
     age = ("Age", ".metadata.creationTimestamp", 0)
-    assert columns("GitProvider") == [("URL", ".spec.url", 0), ready, reason, age]
+    writable = ("Writable", '.status.conditions[?(@.type=="Writable")].status', 0)
+    assert columns("GitProvider") == [("URL", ".spec.url", 0), ready, reason, writable, age]
     assert columns("GitTarget") == [
         ("Provider", ".spec.providerRef.name", 0),
         ("Branch", ".spec.branch", 0),
@@ -228,3 +229,16 @@ def test_unsupported_unions_are_refused() -> None:
 def test_unknown_keywords_are_refused() -> None:
     with pytest.raises(ValueError, match="uniqueItems"):
         structural({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, {})
+
+
+def test_provider_known_hosts_and_signing_fields() -> None:
+    assert _at("GitProvider", ".spec.knownHostsRef")["required"] == ["kind", "name"]
+    assert _at("GitProvider", ".spec.knownHostsRef.kind")["enum"] == ["ConfigMap", "Secret"]
+    assert _at("GitProvider", ".spec.knownHostsRef.key")["default"] == "known_hosts"
+    assert any("self.matches(" in r for r in _rules("GitProvider", ".spec.knownHostsRef.name"))
+    assert _at("GitProvider", ".spec.signing")["required"] == ["secretRef"]
+    assert _at("GitProvider", ".spec.signing.key")["default"] == "signing.key"
+    assert _at("GitProvider", ".spec.signing.generateWhenMissing")["default"] is False
+    assert any("self.matches(" in r for r in _rules("GitProvider", ".spec.signing.secretRef.name"))
+    assert "default" not in _at("GitProvider", ".spec.signing")
+    assert _at("GitProvider", ".status.signingKey")["required"] == ["publicKey", "fingerprint"]

@@ -230,6 +230,53 @@ class CommitSpec(ApiModel):
     message: CommitMessages = _defaulted(CommitMessages, "Commit message templates.")
 
 
+_DATA_KEY_RULE = r"^[-._a-zA-Z0-9]+$"
+
+
+class KnownHostsReference(ApiModel):
+    """A key of a ConfigMap or Secret in the same namespace that holds known_hosts lines."""
+
+    kind: Literal["ConfigMap", "Secret"] = Field(description="ConfigMap or Secret.")
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        description="Name of the ConfigMap or Secret.",
+        json_schema_extra=_cel(_NAME_RULE),
+    )
+    key: str = Field(
+        "known_hosts",
+        min_length=1,
+        max_length=253,
+        pattern=_DATA_KEY_RULE,
+        description="Key holding the known_hosts lines.",
+    )
+
+
+class SigningSpec(ApiModel):
+    """SSH signatures on every commit the operator makes (git `gpg.format=ssh`)."""
+
+    secret_ref: LocalObjectReference = Field(
+        description=(
+            "Secret in the same namespace holding an unencrypted ed25519 private key in OpenSSH"
+            " format (`ssh-keygen -t ed25519 -N ''`)."
+        )
+    )
+    key: str = Field(
+        "signing.key",
+        min_length=1,
+        max_length=253,
+        pattern=_DATA_KEY_RULE,
+        description="Key of the Secret that holds the private key.",
+    )
+    generate_when_missing: bool = Field(
+        False,
+        description=(
+            "Generate a key into the Secret (created if missing) when it holds none. Without"
+            " a key no commit is made: commits are never written unsigned."
+        ),
+    )
+
+
 class GitProviderSpec(ApiModel):
     """A Git repository and how to write to it."""
 
@@ -240,13 +287,38 @@ class GitProviderSpec(ApiModel):
         json_schema_extra=_cel(_IMMUTABLE),
     )
     secret_ref: LocalObjectReference | None = Field(
-        None, description="Secret in the same namespace with the credentials for `url`."
+        None,
+        description=(
+            "Secret in the same namespace with the credentials for `url`: `ssh-privatekey`"
+            " (or `identity`) with optional `passphrase` and `known_hosts`; or `username` and"
+            " `password`, `token` or `bearerToken`, with optional `ca.crt`."
+        ),
+    )
+    known_hosts_ref: KnownHostsReference | None = Field(
+        None,
+        description=(
+            "known_hosts lines for SSH from a ConfigMap or Secret key; replaces the"
+            " `known_hosts` key of the credentials Secret. SSH host keys are never trusted"
+            " on first use: a host without a listed key is refused."
+        ),
     )
     allowed_branches: list[str] = Field(
         default=["*"],
         description="Glob patterns of the branches that GitTargets may write to.",
     )
     commit: CommitSpec = _defaulted(CommitSpec, "Committer identity and message templates.")
+    signing: SigningSpec | None = Field(
+        None, description="Sign every commit with an SSH key; unset means unsigned commits."
+    )
+
+
+class SigningKeyStatus(ApiModel):
+    """The public half of the commit signing key."""
+
+    public_key: str = Field(
+        description="`ssh-ed25519 AAAA... comment`, for git's `gpg.ssh.allowedSignersFile`."
+    )
+    fingerprint: str = Field(description="OpenSSH SHA256 fingerprint of the key.")
 
 
 class GitProviderStatus(Status):
@@ -254,6 +326,9 @@ class GitProviderStatus(Status):
 
     normalized_url: str | None = Field(
         None, description="Canonical form of `url`; providers with the same one share writers."
+    )
+    signing_key: SigningKeyStatus | None = Field(
+        None, description="The key commits are signed with, when `spec.signing` is set."
     )
 
 
@@ -578,7 +653,11 @@ class GitProvider(ApiObject):
 
     plural = "gitproviders"
     short_name = "gp"
-    columns = (Column("URL", ".spec.url"), *_READY_COLUMNS)
+    columns = (
+        Column("URL", ".spec.url"),
+        *_READY_COLUMNS,
+        Column("Writable", '.status.conditions[?(@.type=="Writable")].status'),
+    )
 
     kind: Literal["GitProvider"] = Field("GitProvider", description="Kind of the object.")
     spec: GitProviderSpec = Field(description="Desired state.")

@@ -357,6 +357,11 @@ class GitCallbacks(pygit2.RemoteCallbacks):
             )
         return True
 
+    @property
+    def creds(self) -> Credentials:
+        """The credentials in use (to redact their values from error messages)."""
+        return self._creds
+
     def custom_headers(self) -> list[str] | None:
         if self._creds.bearer_token and self._scheme == "https":
             return [f"Authorization: Bearer {self._creds.bearer_token}"]

@@ -7,6 +7,7 @@ killed process can never be mistaken for pushed state.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import shutil
@@ -18,6 +19,14 @@ from urllib.parse import urlsplit, urlunsplit
 import pygit2
 from pygit2.enums import FetchPrune
 
+from kubescribe.git.credentials import (
+    Credentials,
+    GitCallbacks,
+    GitFailure,
+    classify_git_error,
+    remote_callbacks,
+)
+
 CallbacksFactory = Callable[[], pygit2.RemoteCallbacks]
 
 _SCP_LIKE = re.compile(r"^(?:(?P<user>[^@/:]+)@)?(?P<host>[^/:]+):(?!//)(?P<path>.*)$")
@@ -26,6 +35,8 @@ _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]*@")
 # libgit2's messages for a push that would not fast-forward: the local transport's check
 # when the remote tip is unknown locally, and its fast-forward check when it is known.
 _NON_FAST_FORWARD = ("not present locally", "non-fastforwardable")
+# Server messages shown with a refusal ("remote: ..."), kept short.
+_MAX_SIDEBAND = 400
 
 # libgit2 writes FETCH_HEAD on every fetch, and two workers (two branches of one
 # repository) share one cache repository: opening and fetching take turns per directory.
@@ -34,15 +45,36 @@ _FETCH_LOCKS_GUARD = threading.Lock()
 
 
 class RemoteError(Exception):
-    """A push or fetch failed; the message is safe to show (no credentials)."""
+    """A push or fetch failed; the message is safe to show (no credentials).
+
+    `reason` is a stable condition reason (a `GitFailure` value, or `PushRejected`)."""
+
+    default_reason = str(GitFailure.TRANSFER_FAILED)
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or self.default_reason
 
 
 class PushRejected(RemoteError):
-    """The remote refused the update: it moved (not a fast-forward) or a hook declined."""
+    """The remote refused the update because it moved (not a fast-forward): fetch, rebuild
+    from cluster state and push again."""
+
+    default_reason = "PushRejected"
+
+
+class PushDenied(RemoteError):
+    """The remote refused the push for good (read-only credential, protected branch, a hook):
+    rebuilding on a new tip would not help."""
+
+    default_reason = str(GitFailure.PERMISSION_DENIED)
 
 
 class RemoteUnavailable(RemoteError):
-    """The remote could not be reached or the transfer failed."""
+    """The remote could not be reached, refused the credentials or the server, or the
+    transfer failed; `reason` says which."""
+
+    default_reason = str(GitFailure.REMOTE_UNREACHABLE)
 
 
 def normalize_url(url: str) -> str:
@@ -97,7 +129,8 @@ class GitRepository:
     ) -> None:
         self.url = url
         self.path = cache_path(cache_dir, url)
-        self._callbacks = callbacks or pygit2.RemoteCallbacks
+        # Without a factory: no credentials and no trusted SSH host keys, so SSH fails closed.
+        self._callbacks = callbacks or functools.partial(remote_callbacks, Credentials(), url)
         with _FETCH_LOCKS_GUARD:
             self._lock = _FETCH_LOCKS.setdefault(self.path.absolute(), threading.Lock())
         with self._lock:
@@ -117,15 +150,17 @@ class GitRepository:
         # A fetch of a missing branch succeeds and leaves the ref alone: drop it first.
         if ref in self.repo.references:
             self.repo.references.delete(ref)
+        callbacks = self._callbacks()
         try:
             with self._lock:
                 self._remote.fetch(
                     [f"+refs/heads/{branch}:{ref}"],
-                    callbacks=self._callbacks(),
+                    callbacks=callbacks,
                     prune=FetchPrune.NO_PRUNE,
                 )
         except (pygit2.GitError, OSError) as exc:
-            raise RemoteUnavailable(f"fetch failed: {redact(str(exc), self.url)}") from None
+            reason, message = self._classify(exc, callbacks)
+            raise RemoteUnavailable(f"fetch failed: {message}", reason) from None
         found = self.repo.references.get(ref)
         if found is None:
             return None
@@ -139,21 +174,42 @@ class GitRepository:
         self.repo.references.create(source, new_tip, force=True)
         callbacks = self._callbacks()
         refused: list[str] = []
+        said: list[str] = []
 
         def update_reference(refname: str, message: str | None) -> None:
             if message:
                 refused.append(f"{refname}: {message}")
 
+        def sideband(text: str) -> None:
+            said.append(text)
+
         callbacks.push_update_reference = update_reference  # type: ignore[method-assign]
+        callbacks.sideband_progress = sideband  # type: ignore[method-assign,assignment]
         try:
             self._remote.push([f"{source}:refs/heads/{branch}"], callbacks=callbacks)
         except (pygit2.GitError, OSError) as exc:
-            message = redact(str(exc), self.url)
+            reason, message = self._classify(exc, callbacks)
             if any(marker in message for marker in _NON_FAST_FORWARD):
                 raise PushRejected(f"push rejected: {message}") from None
-            raise RemoteUnavailable(f"push failed: {message}") from None
+            if reason == GitFailure.PERMISSION_DENIED:
+                raise PushDenied(f"push denied: {message}") from None
+            raise RemoteUnavailable(f"push failed: {message}", reason) from None
         if refused:
-            raise PushRejected(f"push rejected: {redact('; '.join(refused), self.url)}")
+            # A ref the server would not update: it moved under us (the update's old value no
+            # longer matches), or a hook / branch protection declined, which no rebuild fixes.
+            remote_said = " ".join(" ".join(said).split())[:_MAX_SIDEBAND]
+            detail = "; ".join(refused) + (f" (remote: {remote_said})" if remote_said else "")
+            reason, message = self._classify(pygit2.GitError(detail), callbacks)
+            if reason == GitFailure.PERMISSION_DENIED:
+                raise PushDenied(f"push denied: {message}")
+            raise PushRejected(f"push rejected: {message}")
+
+    def _classify(
+        self, exc: BaseException, callbacks: pygit2.RemoteCallbacks
+    ) -> tuple[GitFailure, str]:
+        creds = callbacks.creds if isinstance(callbacks, GitCallbacks) else None
+        reason, message = classify_git_error(exc, creds)
+        return reason, redact(message, self.url)
 
 
 def _open_or_init(path: Path) -> pygit2.Repository:
