@@ -111,3 +111,20 @@ ADMISSION_REVIEWS = Counter(
     ["result"],
     registry=REGISTRY,
 )
+WINDOWS_OPENED = Counter(
+    "kubescribe_windows_opened_total",
+    "Commit windows opened (changes of one author to one target that become one commit).",
+    registry=REGISTRY,
+)
+WINDOWS_CLOSED = Counter(
+    "kubescribe_windows_closed_total",
+    "Commit windows closed, by reason (silence, age, author, size, target, request, shutdown).",
+    ["reason"],
+    registry=REGISTRY,
+)
+COMMIT_REQUESTS = Counter(
+    "kubescribe_commit_requests_total",
+    "CommitRequests finished, by reason (Pushed, NothingToCommit, or why they failed).",
+    ["reason"],
+    registry=REGISTRY,
+)

@@ -3,6 +3,7 @@ and the audit attribution (which lives in `kubescribe.attribution`)."""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -11,6 +12,15 @@ from typing import Protocol
 class Author:
     name: str
     email: str
+
+
+class AttributionMode(enum.StrEnum):
+    """`GitProvider.spec.attribution.mode`: who is written as the author of a change commit."""
+
+    CONFIGURED = "configured-author"
+    """The committer, always (attribution is not used)."""
+    ATTRIBUTED = "attributed-author"
+    """The actor of the change; `UNRESOLVED` when attribution could not name one in time."""
 
 
 UNRESOLVED = Author("unknown (attribution unresolved)", "unknown@attribution.kubescribe.invalid")
