@@ -34,6 +34,8 @@ BRANCH_NOT_ALLOWED: Final = "BranchNotAllowed"
 PATH_OVERLAP: Final = "PathOverlap"
 INVALID_TEMPLATE: Final = "InvalidTemplate"
 ENCRYPTION_MISSING: Final = "EncryptionMissing"
+INVALID_KEY: Final = "InvalidKey"
+INVALID_SENSITIVE_TYPE: Final = "InvalidSensitiveType"
 REMOTE_UNREACHABLE: Final = "RemoteUnreachable"
 PUSH_REJECTED: Final = "PushRejected"
 
@@ -46,6 +48,8 @@ STALLED_REASONS: Final = frozenset(
         PATH_OVERLAP,
         INVALID_TEMPLATE,
         ENCRYPTION_MISSING,
+        INVALID_KEY,
+        INVALID_SENSITIVE_TYPE,
     }
 )
 """Reasons that need a change by a user: a False condition with one makes the object Stalled."""

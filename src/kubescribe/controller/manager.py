@@ -16,9 +16,10 @@ import structlog
 from kubescribe import metrics
 from kubescribe.api import conditions as c
 from kubescribe.controller.desired import Plan, TargetPlan, compile_plan
+from kubescribe.controller.encryption import EncryptionResolver
 from kubescribe.controller.status import Cond, StatusWriter, kstatus
 from kubescribe.controller.streams import StreamSpec, TargetStream
-from kubescribe.git.worker import BranchWorker, Committer, PlainRenderer, TargetConfig, WriteReport
+from kubescribe.git.worker import BranchWorker, Committer, TargetConfig, WriteReport
 from kubescribe.kube.client import KubeClient
 from kubescribe.kube.discovery import Discovered, discover
 from kubescribe.kube.informer import Informer, ObjectKey
@@ -99,6 +100,7 @@ class Manager:
         self._reports: dict[TargetKey, WriteReport] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._status = StatusWriter(client)
+        self._encryption = EncryptionResolver(client)
         self.synced = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -179,7 +181,11 @@ class Manager:
             [item for item, _ in self._discovered.values()],
             self.settings.noise,
         )
+        await self._encryption.refresh(self.plan)
         self._apply_workers()
+        for key in self._encryption.take_resyncs():  # re-list: refused documents can be written
+            if (running := self._streams.pop(key, None)) is not None:
+                running.task.cancel()
         self._apply_streams()
         self.synced = all(r.informer.synced.is_set() for r in self._streams.values())
         await self._write_statuses()
@@ -221,7 +227,7 @@ class Manager:
             folder=target.folder,
             layout=target.layout,
             prune=target.prune,
-            renderer=PlainRenderer(),
+            renderer=self._encryption.renderer(target.key),
             change_template=messages.change,
             snapshot_template=messages.snapshot,
         )
@@ -335,6 +341,8 @@ class Manager:
             )
             return domain + kstatus(domain, progressing=None)[1:], extra
         if t.writable:
+            domain += self._encryption.conditions(t.key)
+            extra.update(self._encryption.status(t.key))
             domain.append(
                 Cond(
                     c.STREAMS_RUNNING,

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pygit2
 
+from kubescribe.controller.encryption import unencrypted_renderer
 from kubescribe.controller.streams import StreamSpec, TargetStream
-from kubescribe.git.worker import BranchWorker, Committer, PlainRenderer, TargetConfig, WriteReport
+from kubescribe.git.worker import BranchWorker, Committer, TargetConfig, WriteReport
 from kubescribe.kube.client import KubeClient
 from kubescribe.kube.discovery import Discovered, discover
 from kubescribe.kube.informer import Informer
@@ -109,7 +110,7 @@ async def run_snapshot(
                     folder=normalize_target_path(folder),
                     layout=Layout(),
                     prune=PruneMode.NEVER,
-                    renderer=PlainRenderer(),
+                    renderer=unencrypted_renderer(),  # Secrets are refused, never plain
                 )
             ]
         )

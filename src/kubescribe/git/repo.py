@@ -12,8 +12,9 @@ import hashlib
 import re
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import pygit2
@@ -75,6 +76,82 @@ class RemoteUnavailable(RemoteError):
     transfer failed; `reason` says which."""
 
     default_reason = str(GitFailure.REMOTE_UNREACHABLE)
+
+
+class SigningUnavailable(Exception):
+    """Commits must be signed and the key is not available: nothing is committed."""
+
+    reason = "SigningKeyMissing"
+
+
+class CommitSigner(Protocol):
+    def sign_commit(
+        self,
+        repo: pygit2.Repository,
+        author: pygit2.Signature,
+        committer: pygit2.Signature,
+        message: str,
+        tree: pygit2.Oid,
+        parents: Sequence[pygit2.Oid],
+    ) -> pygit2.Oid:
+        """Write a signed commit object and return its id (no reference moves)."""
+        ...
+
+
+class MissingSigner:
+    """The signer of a branch whose signing key is not loaded: refuses every commit."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def sign_commit(
+        self,
+        repo: pygit2.Repository,
+        author: pygit2.Signature,
+        committer: pygit2.Signature,
+        message: str,
+        tree: pygit2.Oid,
+        parents: Sequence[pygit2.Oid],
+    ) -> pygit2.Oid:
+        raise SigningUnavailable(self.message)
+
+
+class CacheRepository(pygit2.Repository):
+    """The cache's pygit2 repository. While `signer` is set, every commit made through
+    `create_commit` is signed, whoever makes it: no code path writes an unsigned one."""
+
+    signer: CommitSigner | None = None
+
+    def create_commit(
+        self,
+        reference_name: str | None,
+        author: pygit2.Signature,
+        committer: pygit2.Signature,
+        message: str | bytes,
+        tree: pygit2.Oid | str,
+        parents: Sequence[pygit2.Oid | str],
+        encoding: str | None = None,
+    ) -> pygit2.Oid:
+        signer = self.signer
+        if signer is None:
+            if encoding is None:
+                return super().create_commit(
+                    reference_name, author, committer, message, tree, parents
+                )
+            return super().create_commit(
+                reference_name, author, committer, message, tree, parents, encoding
+            )
+        if reference_name is not None or encoding is not None:
+            raise ValueError("signed commits are made without moving a reference or encoding")
+        text = message.decode() if isinstance(message, bytes) else message
+        return signer.sign_commit(
+            self,
+            author,
+            committer,
+            text,
+            pygit2.Oid(hex=str(tree)),
+            [pygit2.Oid(hex=str(p)) for p in parents],
+        )
 
 
 def normalize_url(url: str) -> str:
@@ -212,16 +289,17 @@ class GitRepository:
         return reason, redact(message, self.url)
 
 
-def _open_or_init(path: Path) -> pygit2.Repository:
+def _open_or_init(path: Path) -> CacheRepository:
     """Open the cache; a cache that does not open (a killed process, a full disk) holds
     nothing that counts, so it is started afresh."""
     if (path / "HEAD").exists():
         try:
-            return pygit2.Repository(str(path))
+            return CacheRepository(str(path))
         except pygit2.GitError:
             shutil.rmtree(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    return pygit2.init_repository(str(path), bare=True)
+    pygit2.init_repository(str(path), bare=True)
+    return CacheRepository(str(path))
 
 
 def _ref_name(prefix: str, branch: str) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import pygit2
 import structlog
@@ -33,21 +33,35 @@ from kubescribe.git.index import Entry, TargetIndex, folder_tree
 from kubescribe.git.pack import write_blobs
 from kubescribe.git.repo import (
     CallbacksFactory,
+    CommitSigner,
     GitRepository,
+    PushDenied,
     PushRejected,
+    RemoteError,
     RemoteUnavailable,
+    SigningUnavailable,
     normalize_url,
 )
 from kubescribe.git.tree import TreeConflict, edit_tree
+from kubescribe.git.windowing import (
+    NOTHING_TO_COMMIT,
+    TARGET_NOT_WRITABLE,
+    Admission,
+    Group,
+    RequestHandle,
+    RequestOutcome,
+)
 from kubescribe.mirror import messages
+from kubescribe.mirror.authors import AttributionMode, Author, AuthorResolver
 from kubescribe.mirror.changes import Change, Cursor, Operation, PruneMode, Snapshot, TargetKey
 from kubescribe.mirror.identity import CORE_GROUP, Identity, ResourceType
 from kubescribe.mirror.layout import ENCRYPTED_SUFFIX, Layout, normalize_target_path, paths_overlap
+from kubescribe.mirror.window import WindowPolicy
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
 
 log = structlog.get_logger(__name__)
 
-Item = Change | Snapshot
+Item = Change | Snapshot | Group
 Refusal = tuple[Identity, str, str]
 """(identity, reason, message) of a document that was not written."""
 
@@ -58,6 +72,8 @@ PUSH_REJECTED = "PushRejected"
 WRITE_FAILED = "WriteFailed"
 PATH_CONFLICT = "PathConflict"
 RENDER_FAILED = "RenderFailed"
+REENCRYPT_FAILED = "ReencryptFailed"
+SOPS_CONFIG = ".sops.yaml"
 
 RETRY_INITIAL = 0.5
 RETRY_MAX = 30.0
@@ -91,6 +107,36 @@ class Renderer(Protocol):
         ...
 
 
+@runtime_checkable
+class Encrypting(Protocol):
+    """What a renderer that encrypts adds, so the worker keeps the target folder in step with
+    its recipients: `<folder>/.sops.yaml`, and files encrypted for other recipients are
+    re-encrypted (one commit that says so) before anything else of the batch is written."""
+
+    @property
+    def recipients(self) -> tuple[str, ...]: ...
+
+    def sops_config(self, current: bytes | None) -> bytes | None:
+        """What `<folder>/.sops.yaml` should hold given its `current` content (None when
+        missing); None to leave it alone."""
+        ...
+
+    def recipients_of(self, data: bytes) -> frozenset[str] | None:
+        """The recipients an encrypted file is readable by; None: not one to re-encrypt."""
+        ...
+
+    def rekey(self, identity: Identity, data: bytes) -> bytes:
+        """The file's content encrypted for `recipients` (or `RefusedContent`)."""
+        ...
+
+
+def _upkeep_key(config: TargetConfig | None) -> tuple[str, tuple[str, ...], bytes | None] | None:
+    renderer = config.renderer if config is not None else None
+    if config is None or not isinstance(renderer, Encrypting) or not renderer.recipients:
+        return None
+    return config.folder, tuple(sorted(renderer.recipients)), renderer.sops_config(None)
+
+
 class PlainRenderer:
     """Canonical YAML, never encrypted."""
 
@@ -116,11 +162,15 @@ class TargetConfig:
     renderer: Renderer
     change_template: str = messages.DEFAULT_CHANGE_TEMPLATE
     snapshot_template: str = messages.DEFAULT_SNAPSHOT_TEMPLATE
+    group_template: str = messages.DEFAULT_GROUP_TEMPLATE
+    window: WindowPolicy = field(default_factory=WindowPolicy)
+    attribution: AttributionMode = AttributionMode.CONFIGURED
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "folder", normalize_target_path(self.folder))
         messages.validate(self.change_template, messages.CHANGE_FIELDS)
         messages.validate(self.snapshot_template, messages.SNAPSHOT_FIELDS)
+        messages.validate(self.group_template, messages.GROUP_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -172,6 +222,8 @@ class BranchWorker:
         on_pushed: Callable[[list[Cursor]], None] | None = None,
         callbacks: CallbacksFactory | None = None,
         max_rebuilds: int = 5,
+        resolver: AuthorResolver | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.url = url
         self.branch = branch
@@ -187,6 +239,7 @@ class BranchWorker:
         self._wake = asyncio.Event()
         self._stopping = False
         self._retry_now = asyncio.Event()
+        self._upkeep_due = False
         self._task: asyncio.Task[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._queue_depth = metrics.QUEUE_DEPTH.labels(f"{self.key[0]}#{branch}")
@@ -200,6 +253,16 @@ class BranchWorker:
             max_rebuilds=max_rebuilds,
             logger=self._log,
         )
+        self._admission = Admission(
+            branch=branch,
+            committer=Author(committer.name, committer.email),
+            settings=self._targets.get,
+            emit=self._enqueue,
+            wake=self._wake.set,
+            resolver=resolver,
+            clock=clock,
+        )
+        self._clock = clock
 
     # -- event loop side -------------------------------------------------------------------
     def configure(self, targets: Sequence[TargetConfig]) -> None:
@@ -208,15 +271,53 @@ class BranchWorker:
             for b in targets[i + 1 :]:
                 if paths_overlap(a.folder, b.folder):
                     raise ValueError(f"targets {a.key} and {b.key} have overlapping folders")
-        self._targets = {t.key: t for t in targets}
+        old, self._targets = self._targets, {t.key: t for t in targets}
+        self._admission.reconfigure(old.get, self._targets.get)
+        if any(_upkeep_key(t) != _upkeep_key(old.get(t.key)) for t in targets):
+            self._upkeep_due = True  # encryption changed: check the folders even if idle
+            self._wake.set()
+
+    def set_signer(self, signer: CommitSigner | None) -> None:
+        """Sign every commit from the next one on (`MissingSigner`: commit nothing)."""
+        self._writer.signer = signer
+
+    def retry_now(self) -> None:
+        """Cut short the wait after a failed write (e.g. its credentials changed)."""
+        self._retry_now.set()
 
     def submit(self, item: Item) -> None:
         """Queue an item (FIFO); never blocks."""
         if self._stopping and (self._task is None or self._task.done()):
             raise RuntimeError("branch worker is stopped")
+        if isinstance(item, Group):
+            raise TypeError("groups are made by the commit window, not submitted")
+        self._admission.enter(item)  # author and window rules; then `_enqueue`
+
+    def _enqueue(self, item: Item) -> None:
         self._queue.append(item)
         self._queue_depth.set(self.pending)
         self._wake.set()
+
+    # -- CommitRequests --------------------------------------------------------------------
+    def hold(
+        self,
+        target: TargetKey,
+        requester: Author | None,
+        on_progress: Callable[[str, str], None] | None = None,
+    ) -> RequestHandle:
+        """Keep the requester's commit window of `target` open (also with window 0) until
+        `fire` or `release`. `on_progress(reason, message)` reports a push being retried."""
+        return self._admission.hold(target, requester, on_progress)
+
+    def fire(self, handle: RequestHandle, message: str) -> asyncio.Future[RequestOutcome]:
+        """Close the held window with `message` after every item submitted so far; the future
+        resolves once that commit is pushed (or nothing needed committing, or the target is
+        no longer written). It is never failed by a timeout: a failing push is retried."""
+        return self._admission.fire(handle, message)
+
+    def release(self, handle: RequestHandle) -> None:
+        """Stop holding (before `fire`): the window closes by its own rules again."""
+        self._admission.release(handle)
 
     def start(self) -> None:
         if self._task is not None:
@@ -229,6 +330,7 @@ class BranchWorker:
     async def stop(self, timeout: float = 30.0) -> bool:
         """Write what is queued, then stop. False if that did not finish within `timeout`
         (what was not pushed is not acknowledged: nothing is lost, it is replayed later)."""
+        self._admission.shutdown()  # open windows close (reason shutdown) and are written
         self._stopping = True
         self._wake.set()
         self._retry_now.set()
@@ -251,28 +353,31 @@ class BranchWorker:
     @property
     def pending(self) -> int:
         """Items not yet pushed: queued, being written, or kept after a failed write."""
-        return len(self._queue) + len(self._unpushed)
+        return len(self._queue) + len(self._unpushed) + self._admission.pending
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._writer.warm_up, dict(self._targets))
         failures = 0
         while True:
-            if not self._queue and not self._unpushed:
+            self._admission.close_due()
+            if not self._queue and not self._unpushed and not self._upkeep_due:
                 if self._stopping:
                     return
                 self._wake.clear()
-                await self._wake.wait()
+                await self._idle()
                 continue
             batch = self._unpushed = [*self._unpushed, *self._queue]
             self._queue.clear()
             targets = dict(self._targets)
+            self._upkeep_due = False
             try:
                 outcome = await loop.run_in_executor(
                     self._executor, self._writer.write, batch, targets
                 )
             except Exception as exc:  # every failure keeps the batch
                 failures += 1
+                self._upkeep_due = True
                 self._failed(batch, targets, exc)
                 delay = min(RETRY_MAX, RETRY_INITIAL * 2 ** min(failures - 1, 10))
                 delay *= random.uniform(0.8, 1.0)
@@ -284,14 +389,31 @@ class BranchWorker:
             failures = 0
             self._succeeded(batch, outcome)
 
+    async def _idle(self) -> None:
+        """Wait for an item, or until the next commit window deadline."""
+        deadline = self._admission.next_deadline()
+        if deadline is None:
+            await self._wake.wait()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), max(0.0, deadline - self._clock()))
+
     def _succeeded(self, batch: list[Item], outcome: _Outcome) -> None:
         targets = {item.target for item in batch if item.target not in outcome.unknown}
+        targets |= set(outcome.targets)  # also those only re-encrypted
         cursors = [*self._collapsed_cursors]
         cursors += [
             item.cursor
             for item in batch
             if item.cursor is not None and item.target not in outcome.unknown
         ]
+        cursors += [
+            cursor
+            for item in batch
+            if isinstance(item, Group) and item.target not in outcome.unknown
+            for cursor in item.cursors
+        ]
+        self._settle(batch, outcome)
         self._unpushed, self._collapsed_cursors = [], []
         self._queue_depth.set(self.pending)
         now = time.monotonic()
@@ -335,16 +457,20 @@ class BranchWorker:
     def _failed(
         self, batch: list[Item], targets: Mapping[TargetKey, TargetConfig], exc: Exception
     ) -> None:
-        if isinstance(exc, RemoteUnavailable):
-            reason, message = REMOTE_UNREACHABLE, str(exc)
-        elif isinstance(exc, PushRejected):
-            reason, message = PUSH_REJECTED, str(exc)
+        if isinstance(exc, RemoteError | SigningUnavailable):
+            reason, message = exc.reason, str(exc)
         else:
             reason, message = WRITE_FAILED, f"{type(exc).__name__}: {exc}"
             self._log.error("write failed", exc_info=exc)
         self._log.warning(
             "write failed, will retry", reason=reason, error=message, items=len(batch)
         )
+        for item in batch:
+            if isinstance(item, Group) and item.request is not None:
+                if item.target in targets:
+                    item.request.progress(reason, f"Push failed, retrying: {message}")
+                else:
+                    item.request.finish(self._not_written(item.target))
         kept, dropped = _collapse([i for i in batch if i.target in targets])
         self._unpushed = kept
         self._collapsed_cursors += dropped
@@ -363,6 +489,50 @@ class BranchWorker:
                     last.retained,
                 )
             )
+
+    def _not_written(self, target: TargetKey) -> RequestOutcome:
+        return RequestOutcome(
+            TARGET_NOT_WRITABLE, f"GitTarget {target} is not written by this worker", self.branch
+        )
+
+    def _settle(self, batch: list[Item], outcome: _Outcome) -> None:
+        """Finish the CommitRequests whose windows were in this (pushed) batch."""
+        for item in batch:
+            if not isinstance(item, Group) or item.request is None:
+                continue
+            request = item.request
+            if item.target in outcome.unknown:
+                request.finish(self._not_written(item.target))
+                continue
+            result = outcome.requests.get(request, _RequestResult())
+            author = item.author or self._admission.committer
+            if result.refused:
+                _, reason, why = result.refused[0]
+                more = f" (and {len(result.refused) - 1} more)" if len(result.refused) > 1 else ""
+                request.finish(
+                    RequestOutcome(
+                        reason, why + more, self.branch, result.commit, result.changes, author
+                    )
+                )
+            elif result.commit is None:
+                request.finish(
+                    RequestOutcome(
+                        NOTHING_TO_COMMIT,
+                        "The window's changes left the target's files as they were",
+                        self.branch,
+                    )
+                )
+            else:
+                request.finish(
+                    RequestOutcome(
+                        PUSHED,
+                        f"Pushed {result.commit[:12]} with {result.changes} change(s)",
+                        self.branch,
+                        result.commit,
+                        result.changes,
+                        author,
+                    )
+                )
 
     def _report(self, report: WriteReport) -> None:
         if self._on_report is None:
@@ -396,6 +566,16 @@ class _Outcome:
     written: list[Item]
     commits: dict[str, int]
     unknown: frozenset[TargetKey]
+    requests: dict[RequestHandle, _RequestResult] = field(default_factory=dict)
+
+
+@dataclass
+class _RequestResult:
+    """The commit a CommitRequest's window became in one build (None: no change)."""
+
+    commit: str | None = None
+    changes: int = 0
+    refused: list[Refusal] = field(default_factory=list)
 
 
 def _collapse(items: list[Item]) -> tuple[list[Item], list[Cursor]]:
@@ -438,19 +618,28 @@ class _Writer:
         self.max_rebuilds = max_rebuilds
         self.log = logger
         self.repo: GitRepository | None = None
+        self.signer: CommitSigner | None = None  # set from the event loop
         self.tip: pygit2.Oid | None = None
         self.tip_known = False
         self.indexes: dict[tuple[TargetKey, str], TargetIndex] = {}
         self.retained: dict[TargetKey, set[Identity]] = {}
+        # Encryption upkeep: (folder tree, upkeep key) known to be in step, per target; the
+        # recipients of encrypted blobs; blobs that could not be re-encrypted, per upkeep key.
+        self.upkept: dict[TargetKey, tuple[pygit2.Oid | None, Any]] = {}
+        self.file_recipients: dict[pygit2.Oid, frozenset[str] | None] = {}
+        self.rekey_failed: set[tuple[pygit2.Oid, Any]] = set()
 
     def open(self) -> GitRepository:
         if self.repo is None:
             self.repo = GitRepository(self.url, self.cache_dir, self.callbacks)
+        self.repo.repo.signer = self.signer
         return self.repo
 
     def close(self) -> None:
         self.repo = None
         self.indexes.clear()
+        self.upkept.clear()
+        self.file_recipients.clear()
 
     def remote_tip(self) -> pygit2.Oid | None:
         if not self.tip_known:
@@ -490,6 +679,7 @@ class _Writer:
             base = self.remote_tip()
             started = time.perf_counter()
             build = _Build(self, base, targets)
+            build.upkeep()
             for item in batch:
                 build.apply(item)
             built = time.perf_counter()
@@ -509,6 +699,9 @@ class _Writer:
                 )
                 time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.5))
                 continue
+            except PushDenied:
+                metrics.PUSHES.labels("denied").inc()
+                raise  # a hook or a read-only credential: rebuilding would not help
             except RemoteUnavailable:
                 metrics.PUSHES.labels("failed").inc()
                 raise
@@ -597,6 +790,9 @@ class _Build:
         self.commits = {"change": 0, "snapshot": 0}
         self.unknown: set[TargetKey] = set()
         self.blobs: dict[pygit2.Oid, bytes] = {}  # planned, not yet stored
+        self.grouped: list[tuple[Change, str]] | None = None  # changes of the group being built
+        self.requests: dict[RequestHandle, _RequestResult] = {}
+        self.upkept: dict[TargetKey, Any] = {}
 
     def index(self, config: TargetConfig) -> TargetIndex:
         """The target's working index, starting from the base tree (built once per tree)."""
@@ -630,8 +826,44 @@ class _Build:
             return
         if isinstance(item, Snapshot):
             self._snapshot(config, item)
+        elif isinstance(item, Group):
+            self._group(config, item)
         else:
             self._change(config, item)
+
+    def _group(self, config: TargetConfig, group: Group) -> None:
+        """One commit for the changes of a closed window: each applied in order as for a
+        single commit, then one commit of the final tree."""
+        base_tree = self.tree
+        result = self.results.setdefault(config.key, _TargetResult())
+        refused_before = len(result.refused)
+        grouped: list[tuple[Change, str]] = []
+        self.grouped = grouped
+        try:
+            for change in group.changes:
+                self._change(config, change)
+        finally:
+            self.grouped = None
+        request = _RequestResult(changes=len(grouped), refused=result.refused[refused_before:])
+        if group.request is not None:
+            self.requests[group.request] = request
+        if self.tree == base_tree or self.tree is None:
+            return
+        lines = [text for _, text in grouped]
+        author = group.author or self.writer.committer
+        if group.message is not None:
+            text = messages.with_body(group.message, lines)
+        elif len(grouped) == 1:
+            text = lines[0]
+        else:
+            values = messages.group_values(
+                [change for change, _ in grouped], str(config.key), author.name
+            )
+            text = messages.with_body(messages.render(config.group_template, values), lines)
+        self._create_commit(self.tree, text, group.author)
+        request.commit = result.commit = str(self.head)
+        self.commits["change"] += 1
+        self.written.extend(change for change, _ in grouped)
 
     def _change(self, config: TargetConfig, change: Change) -> None:
         index = self.index(config)
@@ -784,16 +1016,111 @@ class _Build:
         plan.apply()
         if tree == self.tree:
             return
-        # Attributed authors (audit) plug in here; until then the author is the committer.
-        author = committer = pygit2.Signature(
-            self.writer.committer.name, self.writer.committer.email
-        )
-        parents = [self.head] if self.head is not None else []
-        self.head = self.repo.create_commit(None, author, committer, text, tree, parents)
-        self.tree = tree
+        if self.grouped is not None and isinstance(item, Change):
+            self.grouped.append((item, text))  # `_group` makes one commit of them all
+            self.tree = tree
+            return
+        self._create_commit(tree, text, item.author if isinstance(item, Change) else None)
         self.results.setdefault(config.key, _TargetResult()).commit = str(self.head)
         self.commits[kind] += 1
         self.written.append(item)
+
+    def upkeep(self) -> None:
+        """Keep encrypted target folders in step with their renderer (see `Encrypting`)."""
+        for config in self.targets.values():
+            key = _upkeep_key(config)
+            if key is None:
+                continue
+            folder_id = folder_tree(self.repo, self.tree, config.folder)
+            if self.writer.upkept.get(config.key) != (folder_id, key):
+                renderer = config.renderer
+                assert isinstance(renderer, Encrypting)
+                self._upkeep(config, renderer, key)
+            self.upkept[config.key] = key
+
+    def _file(self, path: str) -> bytes | None:
+        """The content of the file at `path` in the build's tree, if there is one."""
+        root = self.repo[self.tree] if self.tree is not None else None
+        if not isinstance(root, pygit2.Tree):
+            return None
+        try:
+            blob = self.repo[root[path].id]
+        except KeyError:
+            return None
+        return blob.data if isinstance(blob, pygit2.Blob) else None
+
+    def _reencrypt(self, config: TargetConfig, renderer: Encrypting, key: Any) -> _Plan:
+        """Plan every encrypted document whose recipients differ, encrypted for the new ones."""
+        plan = _Plan(self.index(config))
+        wanted = frozenset(renderer.recipients)
+        cache, failed = self.writer.file_recipients, self.writer.rekey_failed
+        for identity in list(plan.index):
+            entry = plan.index.get(identity)
+            assert entry is not None
+            if not entry.path.endswith(ENCRYPTED_SUFFIX) or (entry.oid, key) in failed:
+                continue
+            if entry.oid not in cache:
+                cache[entry.oid] = renderer.recipients_of(self.repo[entry.oid].read_raw())
+            if cache[entry.oid] in (None, wanted):
+                continue
+            try:
+                data = renderer.rekey(identity, self.repo[entry.oid].read_raw())
+            except Exception as exc:  # the file stays as it is; reported once per key
+                failed.add((entry.oid, key))
+                if isinstance(exc, RefusedContent):
+                    self._refuse(config, identity, exc.reason, exc.message)
+                else:
+                    self._refuse(config, identity, REENCRYPT_FAILED, type(exc).__name__)
+                continue
+            oid = pygit2.hash(data)
+            self.blobs[oid] = data
+            cache[oid] = wanted
+            plan.write(identity, Entry(entry.path, oid))
+        return plan
+
+    def _upkeep(self, config: TargetConfig, renderer: Encrypting, key: Any) -> None:
+        """One commit: re-encrypted documents and the folder's `.sops.yaml`."""
+        plan = self._reencrypt(config, renderer, key)
+        edits = plan.edits()
+        config_path = posixpath.join(config.folder, SOPS_CONFIG)
+        current = self._file(config_path)
+        sops_config = renderer.sops_config(current)
+        if sops_config is not None and sops_config != current:
+            self.blobs[pygit2.hash(sops_config)] = sops_config
+            edits[config_path] = pygit2.hash(sops_config)
+        self._store_blobs()
+        if not edits:
+            return
+        try:
+            tree = edit_tree(self.repo, self.tree, edits)
+        except TreeConflict as conflict:
+            self.writer.log.warning("upkeep skipped", target=str(config.key), error=str(conflict))
+            return
+        plan.apply()
+        recipients = _count(len(set(renderer.recipients)), "age recipient")
+        verb = "Update" if current is not None else "Write"
+        if plan.writes:
+            text = f"Re-encrypt {_count(len(plan.writes), 'document')} for {recipients}"
+            if config_path in edits:
+                text += f"\n\n{verb} {SOPS_CONFIG}"
+        else:
+            text = f"{verb} {SOPS_CONFIG} for {recipients}"
+        signature = pygit2.Signature(self.writer.committer.name, self.writer.committer.email)
+        parents = [self.head] if self.head is not None else []
+        self.head = self.repo.create_commit(None, signature, signature, text, tree, parents)
+        self.tree = tree
+        self.results.setdefault(config.key, _TargetResult()).commit = str(self.head)
+        self.commits["upkeep"] = self.commits.get("upkeep", 0) + 1
+        self.writer.log.info("encryption upkeep", target=str(config.key), message=text)
+
+    def _create_commit(self, tree: pygit2.Oid, text: str, author: Author | None) -> None:
+        """Commit `tree` on the chain. `author` None: the committer (snapshots, and every
+        commit under `configured-author`); otherwise the actor, or `UNRESOLVED`."""
+        committer = pygit2.Signature(self.writer.committer.name, self.writer.committer.email)
+        signature = committer if author is None else _signature(author)
+        parents = [self.head] if self.head is not None else []
+        self.head = self.repo.create_commit(None, signature, committer, text, tree, parents)
+        self.tree = tree
 
     def _store_blobs(self) -> None:
         if len(self.blobs) >= PACK_THRESHOLD:
@@ -809,17 +1136,42 @@ class _Build:
             index.tree_id = folder_tree(self.repo, self.tree, index.folder)
             self.writer.indexes[(key, index.folder)] = index
             self.writer.retained[key] = self.retained[key]
+        for key, upkeep_key in self.upkept.items():
+            # Everything written in this build was rendered for the same recipients.
+            folder = self.targets[key].folder
+            self.writer.upkept[key] = (folder_tree(self.repo, self.tree, folder), upkeep_key)
 
     def outcome(self, *, pushed: bool) -> _Outcome:
         for key, index in self.indexes.items():
             result = self.results.setdefault(key, _TargetResult())
             result.documents = len(index)
             result.retained = len(self.retained[key])
-        return _Outcome(pushed, self.results, self.written, self.commits, frozenset(self.unknown))
+        return _Outcome(
+            pushed,
+            self.results,
+            self.written,
+            self.commits,
+            frozenset(self.unknown),
+            self.requests,
+        )
+
+
+def _signature(author: Author) -> pygit2.Signature:
+    """A Git identity from an attributed author (user names may hold anything)."""
+
+    def clean(value: str, fallback: str) -> str:
+        value = "".join(" " if c in "<>\n\r\0" else c for c in value).strip()
+        return value or fallback
+
+    return pygit2.Signature(clean(author.name, "unknown"), clean(author.email, "unknown"))
 
 
 def _sort_key(identity: Identity) -> tuple[str, str, str, str]:
     return (identity.namespace, identity.name, identity.group, identity.kind)
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _swap_suffix(path: str, encrypted: bool) -> str:

@@ -525,3 +525,20 @@ def sops_config_yaml(path_regex: str, recipients: Sequence[str], rule: CryptRule
         "age": ",".join(_recipients(recipients)),
     }
     return dump_yaml({"creation_rules": [creation_rule]})
+
+
+@dataclass(frozen=True)
+class SopsInfo:
+    """What a sops file's metadata says, without decrypting it."""
+
+    recipients: tuple[str, ...]  # age recipients, in file order (all key groups)
+    rule: CryptRule
+    simple: bool  # one plain age list: no key groups, other key types or mac_only_encrypted
+
+
+def inspect_document(data: bytes) -> SopsInfo:
+    """Read a sops YAML file's metadata; raises `MalformedSopsError`."""
+    meta = _parse_metadata(_load_document(data)["sops"])
+    recipients = tuple(recipient for group in meta.groups for recipient, _ in group)
+    simple = meta.flat and not meta.other_keys and not meta.mac_only_encrypted
+    return SopsInfo(recipients, meta.rule, simple)
