@@ -156,7 +156,7 @@ def _decode_event(event: object, facts: list[Fact]) -> str | None:
         return SKIP_INVALID
     if event.get("stage") != "ResponseComplete":
         return SKIP_STAGE
-    verb = event.get("verb")
+    verb = _str(event.get("verb"))
     if verb not in WRITE_VERBS and verb not in DELETE_VERBS:
         return SKIP_VERB
     status = event.get("responseStatus")
@@ -175,7 +175,7 @@ def _decode_event(event: object, facts: list[Fact]) -> str | None:
     username, extra = user
     base = Fact(
         kind=FACT_WRITE,
-        verb=str(verb),
+        verb=verb,
         author=author_from_user(username, extra),
         username=username,
         group=_str(ref.get("apiGroup")),

@@ -1,0 +1,170 @@
+"""Resolver tiers over the in-memory fact index (no sockets)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from kubescribe import metrics
+from kubescribe.attribution.decode import FACT_COLLECTION, FACT_DELETE, FACT_WRITE, Fact
+from kubescribe.attribution.facts import keyed
+from kubescribe.attribution.requests import CommitRequestAuthors
+from kubescribe.attribution.resolver import AuditAuthorResolver
+from kubescribe.mirror.authors import Author, ObjectEvent
+from kubescribe.store.memory import MemoryFactStore
+
+ALICE = Author("alice", "alice@users.kubescribe.invalid")
+BOB = Author("bob", "bob@users.kubescribe.invalid")
+ADMIN = Author("admin", "admin@users.kubescribe.invalid")
+
+
+def fact(kind: str, author: Author, **kw: object) -> Fact:
+    now = time.time()
+    base: dict[str, object] = {
+        "kind": kind,
+        "verb": {"write": "patch", "delete": "delete", "collection": "deletecollection"}[kind],
+        "author": author,
+        "username": author.name,
+        "group": "",
+        "resource": "configmaps",
+        "namespace": "ns",
+        "name": "cm",
+        "received": now - 0.1,
+        "completed": now,
+    }
+    base.update(kw)
+    return Fact(**base)  # type: ignore[arg-type]
+
+
+def change(op: str = "UPDATE", uid: str = "u-1", rv: str = "10", name: str = "cm") -> ObjectEvent:
+    return ObjectEvent(uid, rv, "", "configmaps", "ns", name, op)
+
+
+def outcome(name: str) -> float:
+    return metrics.REGISTRY.get_sample_value(
+        "kubescribe_attribution_total", {"outcome": name}
+    ) or 0.0
+
+
+async def test_exact_join_by_uid_and_resource_version_first_writer_wins() -> None:
+    store = MemoryFactStore()
+    await store.add("local", keyed([fact(FACT_WRITE, ALICE, uid="u-1", resource_version="10")]))
+    # A later no-op write returns the same version: it did not produce it.
+    await store.add("local", keyed([fact(FACT_WRITE, BOB, uid="u-1", resource_version="10")]))
+    resolver = AuditAuthorResolver(store, "local", grace=0)
+    before = outcome("exact")
+    assert await resolver.author_of(change(), time.monotonic()) == ALICE
+    assert outcome("exact") == before + 1
+
+
+async def test_routes_are_isolated() -> None:
+    store = MemoryFactStore()
+    await store.add("other", keyed([fact(FACT_WRITE, BOB, uid="u-1", resource_version="10")]))
+    resolver = AuditAuthorResolver(store, "local", grace=0)
+    assert await resolver.author_of(change(), time.monotonic()) is None
+
+
+async def test_unresolved_after_the_grace_counted_from_observation() -> None:
+    store = MemoryFactStore()
+    resolver = AuditAuthorResolver(store, "local", grace=0.2)
+    before = outcome("unresolved")
+    observed = time.monotonic() - 0.15  # most of the grace is already used up
+    started = time.monotonic()
+    assert await resolver.author_of(change(), observed) is None
+    assert time.monotonic() - started < 0.15
+    assert outcome("unresolved") == before + 1
+
+
+async def test_a_fact_arriving_within_the_grace_resolves_the_waiting_lookup() -> None:
+    store = MemoryFactStore()
+    resolver = AuditAuthorResolver(store, "local", grace=5)
+    lookup = asyncio.create_task(resolver.author_of(change(), time.monotonic()))
+    await asyncio.sleep(0)  # the lookup is now waiting on the route
+    assert not lookup.done()
+    await store.add("local", keyed([fact(FACT_WRITE, BOB, uid="u-9", resource_version="1")]))
+    await asyncio.sleep(0)
+    assert not lookup.done()  # an unrelated fact wakes it, but does not resolve it
+    await store.add("local", keyed([fact(FACT_WRITE, ALICE, uid="u-1", resource_version="10")]))
+    assert await asyncio.wait_for(lookup, 1) == ALICE
+
+
+async def test_finalizer_held_delete_is_authored_by_who_asked_for_the_delete() -> None:
+    store = MemoryFactStore()
+    await store.add(
+        "local",
+        keyed(
+            [
+                fact(FACT_DELETE, ALICE, uid="u-1", resource_version="17"),
+                # The admin removes the finalizer; the final DELETED event has version 18.
+                fact(FACT_WRITE, ADMIN, uid="u-1", resource_version="18"),
+            ]
+        ),
+    )
+    resolver = AuditAuthorResolver(store, "local", grace=0)
+    before = outcome("delete")
+    assert await resolver.author_of(change("DELETE", rv="18"), time.monotonic()) == ALICE
+    assert outcome("delete") == before + 1
+    # The MODIFIED event that set deletionTimestamp joins the delete by its version too.
+    assert await resolver.author_of(change("UPDATE", rv="17"), time.monotonic()) == ALICE
+
+
+async def test_deletecollection_window_attributes_deletes_without_per_object_facts() -> None:
+    store = MemoryFactStore()
+    await store.add("local", keyed([fact(FACT_COLLECTION, BOB, name="", namespace="ns")]))
+    resolver = AuditAuthorResolver(store, "local", grace=0)
+    before = outcome("collection")
+    assert await resolver.author_of(change("DELETE", uid="u-5"), time.monotonic()) == BOB
+    assert outcome("collection") == before + 1
+    # Another namespace, or a delete observed long after the request, is not covered.
+    other = ObjectEvent("u-6", "3", "", "configmaps", "elsewhere", "x", "DELETE")
+    assert await resolver.author_of(other, time.monotonic()) is None
+    assert await resolver.author_of(change("DELETE", uid="u-7"), time.monotonic() - 60) is None
+    # Updates are never attributed by a collection window.
+    assert await resolver.author_of(change("UPDATE", uid="u-5"), time.monotonic()) is None
+
+
+async def test_per_object_collection_facts_count_as_collection() -> None:
+    store = MemoryFactStore()
+    listed = fact(FACT_DELETE, BOB, uid="u-3", verb="deletecollection")
+    await store.add("local", keyed([listed]))
+    resolver = AuditAuthorResolver(store, "local", grace=0)
+    before = outcome("collection")
+    observed = time.monotonic() - 3600  # held by a finalizer for an hour: uid still joins
+    assert await resolver.author_of(change("DELETE", uid="u-3"), observed) == BOB
+    assert outcome("collection") == before + 1
+
+
+async def test_memory_index_is_bounded_and_counts_evictions() -> None:
+    store = MemoryFactStore(max_records=3)
+    evicted = metrics.REGISTRY.get_sample_value(
+        "kubescribe_attribution_facts_evicted_total", {"reason": "capacity"}
+    )
+    facts = [fact(FACT_WRITE, ALICE, uid=f"u-{i}", resource_version="1") for i in range(5)]
+    await store.add("local", keyed(facts))
+    assert len(store) == 3
+    assert not store.find("local", "rv/u-0/1")
+    assert store.find("local", "rv/u-4/1")
+    after = metrics.REGISTRY.get_sample_value(
+        "kubescribe_attribution_facts_evicted_total", {"reason": "capacity"}
+    )
+    assert after == (evicted or 0) + 2
+
+
+async def test_memory_index_expires_old_records() -> None:
+    now = [1000.0]
+    store = MemoryFactStore(retention=60, clock=lambda: now[0])
+    await store.add("local", keyed([fact(FACT_WRITE, ALICE, uid="old", resource_version="1")]))
+    now[0] += 61
+    await store.add("local", keyed([fact(FACT_WRITE, ALICE, uid="new", resource_version="1")]))
+    assert not store.find("local", "rv/old/1")
+    assert store.find("local", "rv/new/1")
+
+
+async def test_commit_request_authors_first_record_wins() -> None:
+    authors = CommitRequestAuthors(MemoryFactStore(), grace=0)
+    await authors.record("ns", "save", "cr-1", ALICE)
+    await authors.record("ns", "save", "cr-1", BOB)  # a replayed or forged review
+    assert await authors.author_of_request("ns", "save", "cr-1") == ALICE
+    assert await authors.author_of_request("ns", "save", "") == BOB  # by name: the latest
+    assert await authors.author_of_request("ns", "save", "cr-other") is None
+    assert await authors.author_of_request("ns", "missing", "") is None
