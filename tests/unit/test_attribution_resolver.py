@@ -41,9 +41,9 @@ def change(op: str = "UPDATE", uid: str = "u-1", rv: str = "10", name: str = "cm
 
 
 def outcome(name: str) -> float:
-    return metrics.REGISTRY.get_sample_value(
-        "kubescribe_attribution_total", {"outcome": name}
-    ) or 0.0
+    return (
+        metrics.REGISTRY.get_sample_value("kubescribe_attribution_total", {"outcome": name}) or 0.0
+    )
 
 
 async def test_exact_join_by_uid_and_resource_version_first_writer_wins() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -84,7 +85,8 @@ def decode(*events: Any) -> Decoded:
 
 def test_create_becomes_a_write_fact_keyed_by_uid_and_response_version() -> None:
     got = decode(event(response=cm()))
-    assert got.accepted == 1 and not got.skipped
+    assert got.accepted == 1
+    assert not got.skipped
     [fact] = got.facts
     assert fact.kind == FACT_WRITE
     assert (fact.verb, fact.group, fact.resource, fact.namespace, fact.name) == (
@@ -132,7 +134,8 @@ def test_author_rules() -> None:
     # Nothing from a hostile name can break a Git signature.
     hostile = author_from_user("evil <root@x>\nname", {"name": ["a<b>\x00c"]})
     assert hostile.name == "a b c"
-    assert "<" not in hostile.email and "\n" not in hostile.email
+    assert "<" not in hostile.email
+    assert "\n" not in hostile.email
 
 
 def test_scale_subresource_attributes_the_parent_object_version() -> None:
@@ -293,13 +296,12 @@ def test_fuzz_decoder_returns_facts_or_raises_its_error(doc: Any) -> None:
     for fact in got.facts:
         assert isinstance(fact, Fact)
         assert keys_of(fact)
-        assert "<" not in fact.author.name and "\n" not in fact.author.email
+        assert "<" not in fact.author.name
+        assert "\n" not in fact.author.email
 
 
 @settings(max_examples=200)
 @given(st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
 def test_fuzz_raw_bytes(body: bytes) -> None:
-    try:
+    with contextlib.suppress(AuditDecodeError):
         decode_event_list(body)
-    except AuditDecodeError:
-        pass
