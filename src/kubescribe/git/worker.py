@@ -1105,10 +1105,7 @@ class _Build:
                 text += f"\n\n{verb} {SOPS_CONFIG}"
         else:
             text = f"{verb} {SOPS_CONFIG} for {recipients}"
-        signature = pygit2.Signature(self.writer.committer.name, self.writer.committer.email)
-        parents = [self.head] if self.head is not None else []
-        self.head = self.repo.create_commit(None, signature, signature, text, tree, parents)
-        self.tree = tree
+        self._create_commit(tree, text, None)
         self.results.setdefault(config.key, _TargetResult()).commit = str(self.head)
         self.commits["upkeep"] = self.commits.get("upkeep", 0) + 1
         self.writer.log.info("encryption upkeep", target=str(config.key), message=text)
