@@ -256,7 +256,7 @@ class BranchWorker:
         self._admission = Admission(
             branch=branch,
             committer=Author(committer.name, committer.email),
-            settings=self._targets.get,
+            settings=lambda key: self._targets.get(key),  # `configure` replaces the dict
             emit=self._enqueue,
             wake=self._wake.set,
             resolver=resolver,
