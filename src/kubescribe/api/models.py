@@ -22,10 +22,14 @@ DEFAULT_CHANGE_MESSAGE: Final = "{operation} {kind} {ref}"
 DEFAULT_SNAPSHOT_MESSAGE: Final = (
     "Snapshot {resource} in {scope}: {added} added, {updated} updated, {removed} removed"
 )
+DEFAULT_GROUP_MESSAGE: Final = "{count} changes: {operations} ({kinds})"
+DEFAULT_COMMIT_WINDOW: Final = "5s"
+DEFAULT_MAX_CHANGES_PER_COMMIT: Final = 500
 DEFAULT_COMMITTER_NAME: Final = "kubescribe"
 DEFAULT_COMMITTER_EMAIL: Final = "kubescribe@users.noreply.local"
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "*"]
+AttributionMode = Literal["configured-author", "attributed-author"]
 PruneMode = Literal["Never", "OnEvent", "Always"]
 ConditionStatus = Literal["True", "False", "Unknown"]
 
@@ -80,6 +84,14 @@ _BRANCH_RULES = (
         " or ending with '.lock'",
     ),
 )
+_DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+
+
+def _duration(maximum: str) -> JsonDict:
+    """CEL: a Go duration string (`5s`, `500ms`, `1m30s`) of at most `maximum`."""
+    return _cel((f"duration(self) <= duration('{maximum}')", f"must be at most {maximum}"))
+
+
 _ResourceName = Annotated[
     str,
     Field(
@@ -221,6 +233,17 @@ class CommitMessages(ApiModel):
             " counts), `target` (GitTarget name)."
         ),
     )
+    group: str = Field(
+        DEFAULT_GROUP_MESSAGE,
+        min_length=1,
+        description=(
+            "Subject of a commit that groups several changes of one author (a commit window);"
+            " the body lists each change with the `change` template. Fields: `count`"
+            " (changes), `operations` (e.g. `2 created, 1 updated`), `resources` (e.g."
+            " `configmaps, deployments.apps`), `kinds` (e.g. `ConfigMap, Deployment`),"
+            " `target` (GitTarget `namespace/name`), `author` (commit author name)."
+        ),
+    )
 
 
 class CommitSpec(ApiModel):
@@ -277,6 +300,45 @@ class SigningSpec(ApiModel):
     )
 
 
+class PushSpec(ApiModel):
+    """How changes are grouped into commits before they are pushed."""
+
+    commit_window: str = Field(
+        DEFAULT_COMMIT_WINDOW,
+        max_length=32,
+        pattern=_DURATION_PATTERN,
+        description=(
+            "Changes to one GitTarget by one author that arrive within this duration of each"
+            " other (each change restarts it) become one commit, pushed when the window closes."
+            " Another author, `maxChangesPerCommit`, a snapshot of the target or a"
+            " CommitRequest close it early. `0s`: one commit per change, pushed at once. Go"
+            " duration syntax (`5s`, `500ms`, `1m30s`), at most 1h; changes apply without a"
+            " restart."
+        ),
+        json_schema_extra=_duration("1h"),
+    )
+    max_changes_per_commit: int = Field(
+        DEFAULT_MAX_CHANGES_PER_COMMIT,
+        ge=1,
+        le=10000,
+        description="A commit window closes when it holds this many changes.",
+    )
+
+
+class AttributionSpec(ApiModel):
+    """Who is written as the author of a commit (the committer is always `commit.committer`)."""
+
+    mode: AttributionMode = Field(
+        "configured-author",
+        description=(
+            "configured-author: the author is the committer. attributed-author: the author is"
+            " the user or controller that made the change, from the audit stream; when no"
+            " audit fact names them in time, a visible sentinel `unknown (attribution"
+            " unresolved)`, never the committer. Snapshot commits are always the committer's."
+        ),
+    )
+
+
 class GitProviderSpec(ApiModel):
     """A Git repository and how to write to it."""
 
@@ -307,6 +369,8 @@ class GitProviderSpec(ApiModel):
         description="Glob patterns of the branches that GitTargets may write to.",
     )
     commit: CommitSpec = _defaulted(CommitSpec, "Committer identity and message templates.")
+    push: PushSpec = _defaulted(PushSpec, "Commit window: how changes are grouped into commits.")
+    attribution: AttributionSpec = _defaulted(AttributionSpec, "Who is recorded as author.")
     signing: SigningSpec | None = Field(
         None, description="Sign every commit with an SSH key; unset means unsigned commits."
     )
@@ -613,6 +677,49 @@ class WatchRuleStatus(Status):
     )
 
 
+# --- CommitRequest ------------------------------------------------------------------------
+
+
+class CommitRequestSpec(ApiModel):
+    """Close the open commit window of a GitTarget now, with a message. Immutable."""
+
+    target_ref: LocalObjectReference = Field(description="GitTarget in the same namespace.")
+    message: str = Field(
+        min_length=1,
+        max_length=65536,
+        description=(
+            "Commit message (its first line is the subject). The commit body lists the"
+            " changes. Only the requester's own window is closed (see `AuthorAttributed`)."
+        ),
+        json_schema_extra=_cel(("self.trim() != ''", "must not be blank")),
+    )
+    collect_delay: str | None = Field(
+        None,
+        max_length=32,
+        pattern=_DURATION_PATTERN,
+        description=(
+            "Wait this long for changes still arriving (e.g. applied with this request) before"
+            " closing the window; the window stays open meanwhile, also with a `0s`"
+            " commitWindow. Go duration syntax, at most 10m. Changes created before the"
+            " request are always waited for."
+        ),
+        json_schema_extra=_duration("10m"),
+    )
+
+    model_config = ConfigDict(json_schema_extra=_cel(("self == oldSelf", "spec is immutable")))
+
+
+class CommitRequestStatus(Status):
+    """Observed state of a CommitRequest."""
+
+    branch: str | None = Field(None, description="Branch the commit was pushed to.")
+    sha: str | None = Field(
+        None, description="The pushed commit (refreshed when the push was rebuilt on a new tip)."
+    )
+    changes: int | None = Field(None, ge=0, description="Changes in the commit.")
+    author: str | None = Field(None, description="Author of the commit, `Name <email>`.")
+
+
 # --- Objects ------------------------------------------------------------------------------
 
 
@@ -720,4 +827,30 @@ class ClusterWatchRule(ApiObject):
     )
 
 
-KINDS: Final[tuple[type[ApiObject], ...]] = (GitProvider, GitTarget, WatchRule, ClusterWatchRule)
+class CommitRequest(ApiObject):
+    """A request to commit and push a GitTarget's open commit window now, with a message."""
+
+    plural = "commitrequests"
+    short_name = "creq"
+    columns = (
+        Column("Target", ".spec.targetRef.name"),
+        *_READY_COLUMNS,
+        Column("SHA", ".status.sha"),
+        Column("Message", ".spec.message", priority=1),
+    )
+
+    kind: Literal["CommitRequest"] = Field("CommitRequest", description="Kind of the object.")
+    spec: CommitRequestSpec = Field(description="Desired state (immutable).")
+    status: CommitRequestStatus = Field(
+        default_factory=CommitRequestStatus,
+        description="Observed state, written by the operator.",
+    )
+
+
+KINDS: Final[tuple[type[ApiObject], ...]] = (
+    GitProvider,
+    GitTarget,
+    WatchRule,
+    ClusterWatchRule,
+    CommitRequest,
+)
