@@ -8,11 +8,12 @@ API = "kubescribe.io/v1alpha1"
 
 
 def provider(name: str, namespace: str, url: str, **spec: Any) -> dict[str, Any]:
+    """A GitProvider; without `push` it has no commit window (one commit per change)."""
     return {
         "apiVersion": API,
         "kind": "GitProvider",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"url": url, **spec},
+        "spec": {"url": url, "push": {"commitWindow": "0s"}, **spec},
     }
 
 
@@ -55,3 +56,20 @@ def configmap(name: str, namespace: str, data: dict[str, str], **labels: str) ->
     if labels:
         meta["labels"] = labels
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+
+
+def commit_request(
+    namespace: str,
+    target: str,
+    message: str,
+    *,
+    name: str | None = None,
+    generate_name: str | None = None,
+    collect_delay: str | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"namespace": namespace}
+    meta.update({"name": name} if name else {"generateName": generate_name or "save-"})
+    spec: dict[str, Any] = {"targetRef": {"name": target}, "message": message}
+    if collect_delay:
+        spec["collectDelay"] = collect_delay
+    return {"apiVersion": API, "kind": "CommitRequest", "metadata": meta, "spec": spec}

@@ -11,8 +11,10 @@ import pytest
 from kubescribe.api.crds import crd_manifests, render_crds
 from kubescribe.api.models import (
     DEFAULT_CHANGE_MESSAGE,
+    DEFAULT_GROUP_MESSAGE,
     DEFAULT_SNAPSHOT_MESSAGE,
     ClusterWatchRule,
+    CommitRequest,
     GitProvider,
     GitTarget,
     WatchRule,
@@ -57,8 +59,9 @@ def _get(cp: ControlPlane, kind: str, name: str, namespace: str) -> dict[str, An
     return result
 
 
-MODELS: dict[str, type[GitProvider | GitTarget | WatchRule | ClusterWatchRule]] = {
-    model.__name__: model for model in (GitProvider, GitTarget, WatchRule, ClusterWatchRule)
+MODELS: dict[str, type[GitProvider | GitTarget | WatchRule | ClusterWatchRule | CommitRequest]] = {
+    model.__name__: model
+    for model in (GitProvider, GitTarget, WatchRule, ClusterWatchRule, CommitRequest)
 }
 PROVIDER = {"url": "https://git.example/org/repo.git"}
 TARGET = {"providerRef": {"name": "repo"}, "branch": "main"}
@@ -84,6 +87,7 @@ def test_valid_objects_are_accepted_with_defaults(cp: ControlPlane, namespace: s
             "targetRef": {"name": "site", "namespace": namespace},
             "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"]}],
         },
+        ("CommitRequest", "save"): {"targetRef": {"name": "site"}, "message": "Release 1"},
     }
     try:
         for (kind, name), spec in specs.items():
@@ -101,8 +105,18 @@ def test_valid_objects_are_accepted_with_defaults(cp: ControlPlane, namespace: s
         assert stored["GitProvider"]["spec"]["allowedBranches"] == ["*"]
         assert commit == {
             "committer": {"name": "kubescribe", "email": "kubescribe@users.noreply.local"},
-            "message": {"change": DEFAULT_CHANGE_MESSAGE, "snapshot": DEFAULT_SNAPSHOT_MESSAGE},
+            "message": {
+                "change": DEFAULT_CHANGE_MESSAGE,
+                "snapshot": DEFAULT_SNAPSHOT_MESSAGE,
+                "group": DEFAULT_GROUP_MESSAGE,
+            },
         }
+        assert stored["GitProvider"]["spec"]["push"] == {
+            "commitWindow": "5s",
+            "maxChangesPerCommit": 500,
+        }
+        assert stored["GitProvider"]["spec"]["attribution"] == {"mode": "configured-author"}
+        assert stored["CommitRequest"]["spec"] == specs[("CommitRequest", "save")]
         assert stored["GitTarget"]["spec"] == TARGET | {
             "path": ".",
             "prune": {"mode": "Always"},
@@ -151,8 +165,26 @@ def test_valid_objects_are_accepted_with_defaults(cp: ControlPlane, namespace: s
                 ],
             },
         ),
+        ("GitProvider", PROVIDER | {"push": {"commitWindow": "1m30s"}}),
+        ("GitProvider", PROVIDER | {"push": {"commitWindow": "0s", "maxChangesPerCommit": 1}}),
+        ("GitProvider", PROVIDER | {"push": {"commitWindow": "250ms"}}),
+        ("GitProvider", PROVIDER | {"attribution": {"mode": "attributed-author"}}),
+        (
+            "CommitRequest",
+            {"targetRef": {"name": "site"}, "message": "Line one\n\nBody", "collectDelay": "2s"},
+        ),
     ],
-    ids=["nested-path-and-branch", "placement", "encryption", "full-rule"],
+    ids=[
+        "nested-path-and-branch",
+        "placement",
+        "encryption",
+        "full-rule",
+        "window-minutes",
+        "window-zero",
+        "window-millis",
+        "attributed",
+        "commit-request",
+    ],
 )
 def test_edge_cases_are_accepted(
     cp: ControlPlane, namespace: str, kind: str, spec: dict[str, Any]
@@ -223,6 +255,21 @@ def test_edge_cases_are_accepted(
             {"targetRef": {"name": "t"}, "rules": RULES},
             "spec.targetRef.namespace",
         ),
+        ("GitProvider", PROVIDER | {"push": {"commitWindow": "5"}}, "spec.push.commitWindow"),
+        ("GitProvider", PROVIDER | {"push": {"commitWindow": "2h"}}, "spec.push.commitWindow"),
+        (
+            "GitProvider",
+            PROVIDER | {"push": {"maxChangesPerCommit": 0}},
+            "spec.push.maxChangesPerCommit",
+        ),
+        ("GitProvider", PROVIDER | {"attribution": {"mode": "audit"}}, "spec.attribution.mode"),
+        ("CommitRequest", {"targetRef": {"name": "t"}}, "spec.message"),
+        ("CommitRequest", {"targetRef": {"name": "t"}, "message": "  \n"}, "spec.message"),
+        (
+            "CommitRequest",
+            {"targetRef": {"name": "t"}, "message": "m", "collectDelay": "11m"},
+            "spec.collectDelay",
+        ),
     ],
 )
 def test_invalid_specs_are_rejected_by_the_api_server(
@@ -255,3 +302,22 @@ def test_immutable_fields_cannot_change(
     assert f"spec.{field}" in done.stderr
     assert "is immutable" in done.stderr
     assert _get(cp, kind, "x", namespace)["spec"][field] == spec[field]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"message": "other"}, {"targetRef": {"name": "u"}}, {"collectDelay": "1s"}],
+    ids=["message", "target", "collect-delay"],
+)
+def test_commit_request_spec_is_immutable(
+    cp: ControlPlane, namespace: str, change: dict[str, Any]
+) -> None:
+    spec = {"targetRef": {"name": "t"}, "message": "m"}
+    created = _apply(cp, "CommitRequest", spec, namespace)
+    assert created.returncode == 0, created.stderr
+
+    done = _apply(cp, "CommitRequest", spec | change, namespace)
+
+    assert done.returncode != 0
+    assert "spec is immutable" in done.stderr
+    assert _get(cp, "CommitRequest", "x", namespace)["spec"] == spec

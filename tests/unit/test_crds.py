@@ -42,12 +42,19 @@ def _rules(kind: str, path: str) -> list[str]:
 
 
 def test_one_crd_per_kind_with_names_and_scope() -> None:
-    assert list(CRDS) == ["GitProvider", "GitTarget", "WatchRule", "ClusterWatchRule"]
+    assert list(CRDS) == [
+        "GitProvider",
+        "GitTarget",
+        "WatchRule",
+        "ClusterWatchRule",
+        "CommitRequest",
+    ]
     expected = {
         "GitProvider": ("gitproviders", "gp", "Namespaced"),
         "GitTarget": ("gittargets", "gt", "Namespaced"),
         "WatchRule": ("watchrules", "wr", "Namespaced"),
         "ClusterWatchRule": ("clusterwatchrules", "cwr", "Cluster"),
+        "CommitRequest": ("commitrequests", "creq", "Namespaced"),
     }
     for kind, (plural, short, scope) in expected.items():
         crd = CRDS[kind]
@@ -211,7 +218,7 @@ def test_printer_columns() -> None:
     assert columns("ClusterWatchRule")[0] == ("Target", ".spec.targetRef.name", 0)
 
 
-def test_render_is_deterministic_and_parses_as_four_documents() -> None:
+def test_render_is_deterministic_and_parses_as_one_document_per_kind() -> None:
     text = render_crds()
 
     assert text == render_crds()
@@ -242,3 +249,47 @@ def test_provider_known_hosts_and_signing_fields() -> None:
     assert any("self.matches(" in r for r in _rules("GitProvider", ".spec.signing.secretRef.name"))
     assert "default" not in _at("GitProvider", ".spec.signing")
     assert _at("GitProvider", ".status.signingKey")["required"] == ["publicKey", "fingerprint"]
+
+
+def test_commit_window_and_attribution_fields() -> None:
+    push = _at("GitProvider", ".spec.push")
+    assert push["default"] == {}
+    assert _at("GitProvider", ".spec.push.commitWindow")["default"] == "5s"
+    assert _at("GitProvider", ".spec.push.commitWindow")["pattern"].startswith("^([0-9]+")
+    assert _rules("GitProvider", ".spec.push.commitWindow") == ["duration(self) <= duration('1h')"]
+    assert _at("GitProvider", ".spec.push.maxChangesPerCommit")["default"] == 500
+    assert _at("GitProvider", ".spec.attribution")["default"] == {}
+    mode = _at("GitProvider", ".spec.attribution.mode")
+    assert (mode["default"], mode["enum"]) == (
+        "configured-author",
+        ["configured-author", "attributed-author"],
+    )
+    assert _at("GitProvider", ".spec.commit.message.group")["default"] == (
+        "{count} changes: {operations} ({kinds})"
+    )
+
+
+def test_commit_request_schema() -> None:
+    assert _at("CommitRequest", ".spec")["required"] == ["targetRef", "message"]
+    assert _rules("CommitRequest", ".spec") == ["self == oldSelf"]
+    assert _rules("CommitRequest", ".spec.collectDelay") == ["duration(self) <= duration('10m')"]
+    assert "default" not in _at("CommitRequest", ".spec.collectDelay")
+    assert set(_at("CommitRequest", ".status")["properties"]) == {
+        "observedGeneration",
+        "conditions",
+        "branch",
+        "sha",
+        "changes",
+        "author",
+    }
+    columns = [
+        (c["name"], c["jsonPath"]) for c in _version("CommitRequest")["additionalPrinterColumns"]
+    ]
+    assert columns == [
+        ("Target", ".spec.targetRef.name"),
+        ("Ready", '.status.conditions[?(@.type=="Ready")].status'),
+        ("Reason", '.status.conditions[?(@.type=="Ready")].reason'),
+        ("SHA", ".status.sha"),
+        ("Message", ".spec.message"),
+        ("Age", ".metadata.creationTimestamp"),
+    ]
