@@ -93,6 +93,12 @@ class Informer:
         self._known: dict[ObjectKey, str] = {}
         self._watch_list = True
 
+    @property
+    def known(self) -> Mapping[ObjectKey, str]:
+        """Every object this stream has delivered, with the resourceVersion of its last event
+        (updated before the sink sees the event)."""
+        return self._known
+
     def _params(self) -> dict[str, str]:
         params = {
             "watch": "1",
