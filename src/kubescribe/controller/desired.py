@@ -29,6 +29,7 @@ from kubescribe.mirror.changes import PruneMode, TargetKey
 from kubescribe.mirror.layout import DEFAULT_TEMPLATE, Layout, LayoutError, normalize_target_path
 from kubescribe.mirror.layout import paths_overlap as overlap
 from kubescribe.mirror.noise import NoisePolicy
+from kubescribe.mirror.window import parse_duration
 
 ObjKey = tuple[str, str]  # (namespace, name); namespace '' for cluster-scoped objects
 
@@ -124,8 +125,13 @@ def plan_provider(obj: Mapping[str, Any]) -> ProviderPlan:
     try:
         messages.validate(spec.commit.message.change, messages.CHANGE_FIELDS)
         messages.validate(spec.commit.message.snapshot, messages.SNAPSHOT_FIELDS)
+        messages.validate(spec.commit.message.group, messages.GROUP_FIELDS)
     except messages.TemplateError as exc:
         return ProviderPlan(key, gen, spec, problem=Problem("InvalidTemplate", str(exc)))
+    try:
+        parse_duration(spec.push.commit_window)
+    except ValueError as exc:
+        return ProviderPlan(key, gen, spec, problem=Problem("InvalidSpec", f"spec.push: {exc}"))
     return ProviderPlan(key, gen, spec, normalized_url=normalize_url(spec.url))
 
 

@@ -15,6 +15,7 @@ import structlog
 
 from kubescribe import metrics
 from kubescribe.api import conditions as c
+from kubescribe.controller.commitrequests import CommitRequests, TargetAccess
 from kubescribe.controller.desired import Plan, TargetPlan, compile_plan
 from kubescribe.controller.encryption import EncryptionResolver
 from kubescribe.controller.status import Cond, StatusWriter, kstatus
@@ -23,9 +24,11 @@ from kubescribe.git.worker import BranchWorker, Committer, TargetConfig, WriteRe
 from kubescribe.kube.client import KubeClient
 from kubescribe.kube.discovery import Discovered, discover
 from kubescribe.kube.informer import Informer, ObjectKey
+from kubescribe.mirror.authors import AttributionMode, AuthorResolver, CommitRequestAuthors
 from kubescribe.mirror.changes import Cursor, TargetKey
 from kubescribe.mirror.identity import ResourceType
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY, NoisePolicy
+from kubescribe.mirror.window import WindowPolicy, parse_duration
 
 log = structlog.get_logger(__name__)
 
@@ -51,6 +54,8 @@ class Settings:
     discovery_grace: float = 60.0
     discovery_interval: float = 300.0
     noise: NoisePolicy = DEFAULT_NOISE_POLICY
+    resolver: AuthorResolver | None = None  # audit attribution (attributed-author)
+    request_authors: CommitRequestAuthors | None = None  # who created each CommitRequest
 
 
 class _Cache:
@@ -100,6 +105,9 @@ class Manager:
         self._reports: dict[TargetKey, WriteReport] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._status = StatusWriter(client)
+        self._requests = CommitRequests(
+            client, self._status, self._target_access, self.settings.request_authors
+        )
         self._encryption = EncryptionResolver(client)
         self.synced = False
 
@@ -118,6 +126,7 @@ class Manager:
             ]
             self._tasks = [asyncio.create_task(i.run()) for i in own + triggers]
             self._tasks.append(asyncio.create_task(self._discovery_loop()))
+            self._tasks.append(asyncio.create_task(self._requests.run()))
             await asyncio.gather(*(i.synced.wait() for i in own))
             while True:
                 await self._reconcile()
@@ -212,6 +221,7 @@ class Manager:
                     committer=Committer(committer.name, committer.email),
                     on_report=self._on_report,
                     on_pushed=self._on_pushed,
+                    resolver=self.settings.resolver,
                 )
                 self._workers[key] = worker
                 worker.start()
@@ -222,6 +232,7 @@ class Manager:
     def _target_config(self, target: TargetPlan) -> TargetConfig:
         assert target.spec is not None and target.provider is not None and target.provider.spec
         messages = target.provider.spec.commit.message
+        push = target.provider.spec.push
         return TargetConfig(
             key=target.key,
             folder=target.folder,
@@ -230,7 +241,22 @@ class Manager:
             renderer=self._encryption.renderer(target.key),
             change_template=messages.change,
             snapshot_template=messages.snapshot,
+            group_template=messages.group,
+            window=WindowPolicy(parse_duration(push.commit_window), push.max_changes_per_commit),
+            attribution=AttributionMode(target.provider.spec.attribution.mode),
         )
+
+    def _target_access(self, key: TargetKey) -> TargetAccess:
+        """For the CommitRequest controller: a target's plan, worker and watch streams."""
+        plan = self.plan.targets.get(key)
+        if plan is None or not plan.writable:
+            return TargetAccess(plan)
+        informers = [
+            self._streams[s.key].informer
+            for s in self.plan.streams_of(key)
+            if s.key in self._streams
+        ]
+        return TargetAccess(plan, self._workers.get(plan.worker_key), informers)
 
     def _apply_streams(self) -> None:
         wanted = self.plan.streams

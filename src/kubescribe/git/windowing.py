@@ -97,7 +97,6 @@ class RequestHandle:
     def finish(self, outcome: RequestOutcome) -> None:
         if not self.future.done():
             self.future.set_result(outcome)
-            metrics.COMMIT_REQUESTS.labels(outcome.reason).inc()
 
     def progress(self, reason: str, message: str) -> None:
         if self.on_progress is not None and not self.future.done():

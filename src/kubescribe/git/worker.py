@@ -256,7 +256,7 @@ class BranchWorker:
         self._admission = Admission(
             branch=branch,
             committer=Author(committer.name, committer.email),
-            settings=lambda key: self._targets.get(key),  # `configure` replaces the dict
+            settings=self._target_settings,
             emit=self._enqueue,
             wake=self._wake.set,
             resolver=resolver,
@@ -265,6 +265,9 @@ class BranchWorker:
         self._clock = clock
 
     # -- event loop side -------------------------------------------------------------------
+    def _target_settings(self, key: TargetKey) -> TargetConfig | None:
+        return self._targets.get(key)  # not `self._targets.get`: `configure` replaces the dict
+
     def configure(self, targets: Sequence[TargetConfig]) -> None:
         """Set the targets writing to this branch; applies from the next batch on."""
         for i, a in enumerate(targets):
