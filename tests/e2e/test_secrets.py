@@ -370,3 +370,18 @@ def test_sensitive_type_paths_encrypt_only_those_values(
     configured = wait_cond(cp, ns, "EncryptionConfigured", "True", "EncryptionConfigured")
     assert "holds no age identity" in configured["message"]
     assert CANARY not in git("log", "-p", "--all", cwd=remote.path)
+
+    # No longer sensitive: the type's streams re-list and its documents become plain again.
+    cp.kubectl(
+        "patch",
+        "gittarget",
+        "mirror",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        '{"spec":{"encryption":{"sensitiveTypes":null}}}',
+    )
+    plain = f"mirror/{ns}/core/configmaps/app.yaml"
+    wait_for(lambda: plain in remote.files() and path not in remote.files(), what="plain again")
+    assert yaml.safe_load(remote.read(plain))["data"] == {"mode": "fast", "token": CANARY}
