@@ -8,7 +8,7 @@ import time
 from kubescribe import metrics
 from kubescribe.attribution.decode import FACT_COLLECTION, FACT_DELETE, FACT_WRITE, Fact
 from kubescribe.attribution.facts import keyed
-from kubescribe.attribution.requests import CommitRequestAuthors
+from kubescribe.attribution.requests import RecordedRequestAuthors
 from kubescribe.attribution.resolver import AuditAuthorResolver
 from kubescribe.mirror.authors import Author, ObjectEvent
 from kubescribe.store.memory import MemoryFactStore
@@ -161,7 +161,7 @@ async def test_memory_index_expires_old_records() -> None:
 
 
 async def test_commit_request_authors_first_record_wins() -> None:
-    authors = CommitRequestAuthors(MemoryFactStore(), grace=0)
+    authors = RecordedRequestAuthors(MemoryFactStore(), grace=0)
     await authors.record("ns", "save", "cr-1", ALICE)
     await authors.record("ns", "save", "cr-1", BOB)  # a replayed or forged review
     assert await authors.author_of_request("ns", "save", "cr-1") == ALICE

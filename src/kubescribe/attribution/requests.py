@@ -24,8 +24,9 @@ def _name_key(namespace: str, name: str) -> str:
     return f"cr-name/{namespace}/{name}"
 
 
-class CommitRequestAuthors:
-    """Records requesters and answers `author_of_request` for the CommitRequest controller.
+class RecordedRequestAuthors:
+    """Records requesters and answers `author_of_request` for the CommitRequest controller
+    (implements `kubescribe.mirror.authors.CommitRequestAuthors`).
 
     `grace` bounds how long a lookup waits for a record still on its way (with Redis, a
     review answered by another replica reaches this one a moment later).
@@ -34,7 +35,7 @@ class CommitRequestAuthors:
     def __init__(
         self,
         facts: FactIndex,
-        grace: float = 2.0,
+        grace: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.facts = facts

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from kubescribe import metrics
 from kubescribe.attribution.decode import author_from_user
-from kubescribe.attribution.requests import CommitRequestAuthors
+from kubescribe.attribution.requests import RecordedRequestAuthors
 from kubescribe.server.tls import peer_common_name
 
 log = structlog.get_logger(__name__)
@@ -27,7 +27,7 @@ MAX_BODY = 4 * 1024 * 1024
 
 
 def admission_app(
-    authors: CommitRequestAuthors, *, require_client_cert: bool = False
+    authors: RecordedRequestAuthors, *, require_client_cert: bool = False
 ) -> web.Application:
     async def validate(request: web.Request) -> web.Response:
         if require_client_cert and peer_common_name(request.transport) is None:
@@ -68,7 +68,7 @@ def admission_app(
     return app
 
 
-async def _record(authors: CommitRequestAuthors, req: Mapping[str, Any]) -> bool:
+async def _record(authors: RecordedRequestAuthors, req: Mapping[str, Any]) -> bool:
     kind = req.get("kind")
     if not isinstance(kind, Mapping) or kind.get("kind") != "CommitRequest":
         return False

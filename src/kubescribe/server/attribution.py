@@ -14,8 +14,9 @@ import structlog
 from aiohttp import web
 
 from kubescribe.attribution.facts import FactIndex
-from kubescribe.attribution.requests import CommitRequestAuthors
+from kubescribe.attribution.requests import RecordedRequestAuthors
 from kubescribe.attribution.resolver import AuditAuthorResolver
+from kubescribe.mirror.authors import AuthorResolver, CommitRequestAuthors
 from kubescribe.server.admission import admission_app
 from kubescribe.server.audit import DEFAULT_MAX_BODY, AuditRoute, audit_app
 from kubescribe.server.tls import reload_on_change, server_context
@@ -76,7 +77,7 @@ class Attribution:
     neither a receiver nor Redis is configured) and `requests` (CommitRequest authors)."""
 
     facts: FactIndex
-    resolver: AuditAuthorResolver | None
+    resolver: AuthorResolver | None
     requests: CommitRequestAuthors
     runners: list[web.AppRunner] = field(default_factory=list)
 
@@ -99,13 +100,17 @@ async def attribution(opts: AttributionOptions) -> AsyncIterator[Attribution]:
         await store.start()
     else:
         store = local
+    index: FactIndex = store
     own = opts.route
     resolver = (
-        AuditAuthorResolver(store, own.name, opts.grace)
+        AuditAuthorResolver(index, own.name, opts.grace)
         if opts.audit_addr or opts.redis_url
         else None
     )
-    running = Attribution(store, resolver, CommitRequestAuthors(store))
+    requests = RecordedRequestAuthors(
+        index, grace=1.0 if opts.webhook_addr or opts.redis_url else 0
+    )
+    running = Attribution(index, resolver, requests)
     reloads: list[asyncio.Task[None]] = []
     try:
         if opts.audit_addr:
@@ -113,7 +118,7 @@ async def attribution(opts: AttributionOptions) -> AsyncIterator[Attribution]:
             routes = {r.name: r for r in map(AuditRoute.parse, opts.audit_extra_routes)}
             routes[own.name] = own
             ctx = server_context(opts.audit_tls_cert, opts.audit_tls_key, opts.audit_client_ca)
-            app = audit_app(store, routes, max_body=opts.audit_max_body)
+            app = audit_app(index, routes, max_body=opts.audit_max_body)
             running.runners.append(await _serve(app, opts.audit_addr, ctx))
             reloads.append(
                 asyncio.create_task(reload_on_change(ctx, opts.audit_tls_cert, opts.audit_tls_key))
@@ -124,9 +129,7 @@ async def attribution(opts: AttributionOptions) -> AsyncIterator[Attribution]:
             ctx = server_context(
                 opts.webhook_tls_cert, opts.webhook_tls_key, opts.webhook_client_ca
             )
-            app = admission_app(
-                running.requests, require_client_cert=opts.webhook_client_ca is not None
-            )
+            app = admission_app(requests, require_client_cert=opts.webhook_client_ca is not None)
             running.runners.append(await _serve(app, opts.webhook_addr, ctx))
             reloads.append(
                 asyncio.create_task(

@@ -63,6 +63,7 @@ class RedisFactStore:
         )
         self._cursors: dict[str, str] = {}
         self._new_route = asyncio.Event()
+        self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -71,11 +72,16 @@ class RedisFactStore:
             self._task = asyncio.create_task(self._tail(), name="fact-store-tail")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        """Stop tailing (between two reads: cancelling redis-py mid-command can hang on its
+        connection pool) and release the connections."""
+        self._stopping.set()
+        self._new_route.set()
+        task, self._task = self._task, None
+        if task is not None:
+            done, _ = await asyncio.wait([task], timeout=self.block + 2.0)
+            if not done:
+                task.cancel()
+                await asyncio.wait([task], timeout=1.0)
         await self._client.aclose()
 
     async def __aenter__(self) -> RedisFactStore:
@@ -123,9 +129,10 @@ class RedisFactStore:
     # -- tailer ----------------------------------------------------------------------------
     async def _tail(self) -> None:
         backoff = 0.2
-        while True:
+        while not self._stopping.is_set():
             if not self._cursors:
                 await self._new_route.wait()
+                continue
             self._new_route.clear()
             streams: dict[Any, Any] = {self.prefix + r: c for r, c in self._cursors.items()}
             try:
@@ -135,7 +142,8 @@ class RedisFactStore:
             except (RedisError, OSError) as exc:
                 metrics.FACT_STORE_ERRORS.labels("read").inc()
                 log.warning("facts.redis_read_failed", error=str(exc), retry_in=backoff)
-                await asyncio.sleep(backoff)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
             backoff = 0.2

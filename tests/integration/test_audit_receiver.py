@@ -1,0 +1,299 @@
+"""The audit receiver and admission webhook over real TLS, and a real kube-apiserver posting to it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from kubescribe import metrics
+from kubescribe.devenv.controlplane import AuditWebhook, ControlPlane, free_port
+from kubescribe.devenv.pki import CertificateAuthority, KeyPair
+from kubescribe.mirror.authors import Author, ObjectEvent
+from kubescribe.server.attribution import Attribution, AttributionOptions, attribution
+
+
+@dataclass
+class Pki:
+    ca: CertificateAuthority
+    client_ca: CertificateAuthority
+    client: KeyPair
+    other_client: KeyPair
+    dir: Path
+
+    def client_context(self, client: KeyPair | None) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cadata=self.ca.cert_pem.decode())
+        if client is not None:
+            cert, key = self.dir / f"c{id(client)}.crt", self.dir / f"c{id(client)}.key"
+            cert.write_bytes(client.cert_pem)
+            key.write_bytes(client.key_pem)
+            ctx.load_cert_chain(cert, key)
+        return ctx
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    ca = CertificateAuthority("kubescribe-serving-ca")
+    client_ca = CertificateAuthority("kubescribe-audit-client-ca")
+    serving = ca.issue("kubescribe", hosts=("127.0.0.1", "localhost"))
+    (tmp_path / "tls.crt").write_bytes(serving.cert_pem)
+    (tmp_path / "tls.key").write_bytes(serving.key_pem)
+    (tmp_path / "client-ca.crt").write_bytes(client_ca.cert_pem)
+    return Pki(
+        ca=ca,
+        client_ca=client_ca,
+        client=client_ca.issue("kube-apiserver", client=True),
+        other_client=client_ca.issue("other-cluster", client=True),
+        dir=tmp_path,
+    )
+
+
+def options(pki: Pki, **kw: Any) -> AttributionOptions:
+    base: dict[str, Any] = {
+        "audit_addr": f"127.0.0.1:{free_port()}",
+        "audit_tls_cert": pki.dir / "tls.crt",
+        "audit_tls_key": pki.dir / "tls.key",
+        "audit_client_ca": pki.dir / "client-ca.crt",
+        "audit_route": "local",
+        "audit_extra_routes": ("bound=other-cluster",),
+        "audit_max_body": 256 * 1024,
+        "grace": 2.0,
+        "webhook_addr": f"127.0.0.1:{free_port()}",
+        "webhook_tls_cert": pki.dir / "tls.crt",
+        "webhook_tls_key": pki.dir / "tls.key",
+    }
+    base.update(kw)
+    return AttributionOptions(**base)
+
+
+@pytest.fixture
+async def running(pki: Pki) -> AsyncIterator[tuple[Attribution, AttributionOptions]]:
+    opts = options(pki)
+    async with attribution(opts) as att:
+        yield att, opts
+
+
+def event_list(*items: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": "EventList", "apiVersion": "audit.k8s.io/v1", "items": list(items)}
+
+
+def create_event(user: str, uid: str, rv: str, name: str = "cm") -> dict[str, Any]:
+    now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+    return {
+        "stage": "ResponseComplete",
+        "verb": "create",
+        "user": {"username": "kube-apiserver-admin"},
+        "impersonatedUser": {"username": user},
+        "objectRef": {"resource": "configmaps", "namespace": "ns", "name": name},
+        "responseStatus": {"code": 201},
+        "responseObject": {"kind": "ConfigMap", "metadata": {"uid": uid, "resourceVersion": rv}},
+        "requestReceivedTimestamp": now,
+        "stageTimestamp": now,
+    }
+
+
+async def post(
+    pki: Pki,
+    opts: AttributionOptions,
+    body: bytes,
+    *,
+    route: str = "local",
+    client: KeyPair | None = None,
+    use_client: bool = True,
+    content_type: str = "application/json",
+) -> tuple[int, Any]:
+    ctx = pki.client_context((client or pki.client) if use_client else None)
+    url = f"https://{opts.audit_addr}/audit-webhook/{route}?timeout=30s"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, data=body, headers={"Content-Type": content_type}, ssl=ctx) as resp,
+    ):
+        text = await resp.text()
+        try:
+            return resp.status, json.loads(text)
+        except ValueError:
+            return resp.status, text
+
+
+def sample(name: str, labels: dict[str, str]) -> float:
+    return metrics.REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_a_batch_becomes_facts_the_resolver_joins(
+    pki: Pki, running: tuple[Attribution, AttributionOptions]
+) -> None:
+    att, opts = running
+    assert att.resolver is not None
+    body = json.dumps(event_list(create_event("alice", "u-1", "7"))).encode()
+    assert await post(pki, opts, body) == (200, {"accepted": 1, "skipped": {}})
+    author = await att.resolver.author_of(
+        ObjectEvent("u-1", "7", "", "configmaps", "ns", "cm", "CREATE"), time.monotonic()
+    )
+    assert author == Author("alice", "alice@users.kubescribe.invalid")
+
+
+async def test_hostile_input_gets_the_right_error_and_the_receiver_keeps_working(
+    pki: Pki, running: tuple[Attribution, AttributionOptions]
+) -> None:
+    att, opts = running
+    assert att.resolver is not None
+    ok = json.dumps(event_list(create_event("bob", "u-2", "9"))).encode()
+    rejected_before = sample("kubescribe_audit_requests_total", {"code": "413"})
+
+    oversized = json.dumps(
+        event_list(*[create_event("mallory", f"x-{i}", "1") for i in range(2000)])
+    ).encode()
+    assert len(oversized) > opts.audit_max_body
+    assert (await post(pki, opts, oversized))[0] == 413
+    assert (await post(pki, opts, b"{not json"))[0] == 400
+    assert (await post(pki, opts, b'{"kind": "Pod"}'))[0] == 400
+    assert (await post(pki, opts, ok, content_type="text/plain"))[0] == 415
+    assert (await post(pki, opts, ok, route="nobody"))[0] == 404
+    assert (await post(pki, opts, ok, use_client=False))[0] == 401
+    # A route bound to another client's certificate refuses this one, and takes its own.
+    assert (await post(pki, opts, ok, route="bound"))[0] == 403
+    assert (await post(pki, opts, ok, route="bound", client=pki.other_client))[0] == 200
+    # A certificate from a CA the receiver does not trust fails the TLS handshake.
+    stranger = CertificateAuthority("stranger").issue("kube-apiserver", client=True)
+    with pytest.raises(aiohttp.ClientError):
+        await post(pki, opts, ok, client=stranger)
+    # Events without an object (audit level Metadata) are skipped and counted.
+    bare = create_event("carol", "u-3", "1")
+    del bare["responseObject"]
+    skipped_before = sample("kubescribe_audit_events_total", {"outcome": "skipped_no_object"})
+    status, answer = await post(pki, opts, json.dumps(event_list(bare)).encode())
+    assert (status, answer) == (200, {"accepted": 0, "skipped": {"skipped_no_object": 1}})
+    assert sample("kubescribe_audit_events_total", {"outcome": "skipped_no_object"}) == (
+        skipped_before + 1
+    )
+    assert sample("kubescribe_audit_requests_total", {"code": "413"}) == rejected_before + 1
+
+    # After all of that the receiver still takes a good batch, on the right route only.
+    assert (await post(pki, opts, ok))[0] == 200
+    event = ObjectEvent("u-2", "9", "", "configmaps", "ns", "cm", "CREATE")
+    assert await att.resolver.author_of(event, time.monotonic()) == Author(
+        "bob", "bob@users.kubescribe.invalid"
+    )
+    # The fact posted to route `bound` by the other cluster is not visible on `local`.
+    assert att.facts.find("bound", "rv/u-2/9")
+    assert len(att.facts.find("local", "rv/u-2/9")) == 1
+
+
+async def test_the_default_body_cap_takes_batches_over_aiohttps_one_mebibyte(pki: Pki) -> None:
+    opts = options(pki, audit_max_body=32 * 1024 * 1024)
+    big = json.dumps(
+        event_list(*[create_event("dora", f"u-{i}", "1", name="n" * 200) for i in range(6000)])
+    ).encode()
+    assert len(big) > 2 * 1024 * 1024
+    async with attribution(opts):
+        status, answer = await post(pki, opts, big)
+    assert status == 200
+    assert answer["accepted"] == 6000
+
+
+def review(user: dict[str, Any], *, kind: str = "CommitRequest", uid: str = "cr-1") -> bytes:
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "review-1",
+                "kind": {"group": "kubescribe.io", "version": "v1alpha1", "kind": kind},
+                "operation": "CREATE",
+                "namespace": "ns",
+                "name": "save",
+                "userInfo": user,
+                "object": {"metadata": {"name": "save", "namespace": "ns", "uid": uid}},
+            },
+        }
+    ).encode()
+
+
+async def test_admission_webhook_allows_and_records_the_requester(
+    pki: Pki, running: tuple[Attribution, AttributionOptions]
+) -> None:
+    att, opts = running
+    url = f"https://{opts.webhook_addr}/validate-commitrequests"
+    ctx = pki.client_context(None)
+    carol = {"username": "carol", "extra": {"example.org/email": ["carol@example.org"]}}
+    async with aiohttp.ClientSession() as session:
+        for body, want in (
+            (review(carol), 200),
+            (review({"username": "eve"}, kind="ConfigMap", uid="cm-1"), 200),
+            (b"{}", 400),
+            (b"[]", 400),
+        ):
+            headers = {"Content-Type": "application/json"}
+            async with session.post(url, data=body, headers=headers, ssl=ctx) as resp:
+                assert resp.status == want
+                if want == 200:
+                    answer = await resp.json()
+                    assert answer["response"] == {"uid": "review-1", "allowed": True}
+    got = await att.requests.author_of_request("ns", "save", "cr-1")
+    assert got == Author("carol", "carol@example.org")
+    assert await att.requests.author_of_request("ns", "save", "cm-1") is None
+
+
+def test_flag_problems_are_reported() -> None:
+    bad = AttributionOptions(audit_addr="127.0.0.1:1", audit_route="Not_A_Label", grace=-1)
+    problems = " | ".join(bad.problems())
+    assert "--audit-tls-cert" in problems
+    assert "--audit-client-ca" in problems
+    assert "not a DNS label" in problems
+    assert "negative" in problems
+
+
+@pytest.mark.controlplane
+async def test_real_apiserver_audit_names_impersonated_users_and_service_accounts(
+    pki: Pki, tmp_path: Path
+) -> None:
+    opts = options(pki, webhook_addr="")
+    async with attribution(opts) as att:
+        assert att.resolver is not None
+        hook = AuditWebhook(
+            url=f"https://{opts.audit_addr}/audit-webhook/local",
+            ca_pem=pki.ca.cert_pem,
+            client=pki.client,
+            mode="blocking",
+        )
+        (tmp_path / "cp").mkdir()
+        cp = ControlPlane(audit=hook, workdir=tmp_path / "cp")
+        await asyncio.to_thread(cp.start)
+        try:
+
+            async def kubectl(*args: str) -> str:
+                done = await asyncio.to_thread(cp.kubectl, *args)
+                return done.stdout
+
+            await kubectl("create", "namespace", "ns")
+            made: dict[str, tuple[str, str]] = {}
+            for name, who in (
+                ("by-alice", ["--as", "alice", "--as-user-extra", "example.org/name=Alice L"]),
+                ("by-robot", ["--as", "system:serviceaccount:ns:robot"]),
+            ):
+                out = await kubectl(
+                    "create", "configmap", name, "-n", "ns", "--as-group", "system:masters",
+                    *who, "-o", "jsonpath={.metadata.uid} {.metadata.resourceVersion}",
+                )  # fmt: skip
+                uid, rv = out.split()
+                made[name] = (uid, rv)
+            authors = {}
+            for name, (uid, rv) in made.items():
+                event = ObjectEvent(uid, rv, "", "configmaps", "ns", name, "CREATE")
+                authors[name] = await att.resolver.author_of(event, time.monotonic())
+        finally:
+            await asyncio.to_thread(cp.stop)
+    assert authors == {
+        "by-alice": Author("Alice L", "alice@users.kubescribe.invalid"),
+        "by-robot": Author(
+            "system:serviceaccount:ns:robot", "robot@ns.serviceaccount.kubescribe.invalid"
+        ),
+    }
