@@ -1,4 +1,4 @@
-"""The audit receiver and admission webhook over real TLS, and a real kube-apiserver posting to it."""
+"""The audit receiver and admission webhook over real TLS; a real kube-apiserver posting to it."""
 
 from __future__ import annotations
 

@@ -129,9 +129,7 @@ async def test_streams_are_bounded(
 
 async def test_redis_down_costs_sharing_not_facts() -> None:
     dead = RedisFactStore(f"redis://127.0.0.1:{free_port()}/0", block=0.2)
-    errors = metrics.REGISTRY.get_sample_value(
-        "kubescribe_fact_store_errors_total", {"op": "add"}
-    )
+    errors = metrics.REGISTRY.get_sample_value("kubescribe_fact_store_errors_total", {"op": "add"})
     await dead.start()
     try:
         await dead.add("local", keyed([write("u-9")]))
