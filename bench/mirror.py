@@ -159,6 +159,7 @@ class Setup:
                 f"127.0.0.1:{free_port()}",
                 "--log-level",
                 "warning",
+                "--allow-file-urls",  # the benchmark's remote is a local bare repository
             ],
             stdout=subprocess.DEVNULL,
             stderr=(self.workdir / "operator.log").open("wb"),

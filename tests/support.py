@@ -47,10 +47,13 @@ def stays(check: Callable[[], bool], seconds: float = 1.0, what: str = "conditio
 class Operator:
     """`kubescribe run` as a child process with its JSON logs in a file."""
 
-    def __init__(self, cp: ControlPlane, workdir: Path, *extra: str) -> None:
+    def __init__(
+        self, cp: ControlPlane, workdir: Path, *extra: str, allow_file_urls: bool = True
+    ) -> None:
         self.cp = cp
         self.workdir = workdir
-        self.extra = extra
+        # The tests' bare remotes are local paths, which a real deployment refuses.
+        self.extra = (*extra, "--allow-file-urls") if allow_file_urls else extra
         self.metrics_port = free_port()
         self.log_path = workdir / f"operator-{time.monotonic_ns()}.log"
         self.proc: subprocess.Popen[bytes] | None = None

@@ -14,10 +14,19 @@ log = structlog.get_logger(__name__)
 
 
 async def run_operator(
-    kubeconfig: Path | None, context: str | None, cache_dir: Path, metrics_addr: str
+    kubeconfig: Path | None,
+    context: str | None,
+    cache_dir: Path,
+    metrics_addr: str,
+    *,
+    allow_file_urls: bool = False,
+    probe_interval: float = 300.0,
 ) -> None:
     client = await KubeClient.connect(kubeconfig, context)
-    manager = Manager(client, Settings(cache_dir=cache_dir))
+    settings = Settings(
+        cache_dir=cache_dir, allow_file_urls=allow_file_urls, probe_interval=probe_interval
+    )
+    manager = Manager(client, settings)
     runner = None
     if metrics_addr:
         host, _, port = metrics_addr.rpartition(":")

@@ -68,12 +68,39 @@ def crds() -> None:
     help="host:port for /metrics, /healthz and /readyz ('' to disable).",
 )
 @click.option("--log-level", default="info", show_default=True)
+@click.option(
+    "--allow-file-urls",
+    is_flag=True,
+    help="Allow GitProviders with file:// or local-path URLs (tests and demos only: such a "
+    "URL lets any GitProvider author write to the operator's own file system).",
+)
+@click.option(
+    "--probe-interval",
+    type=click.FloatRange(min=1),
+    default=300.0,
+    show_default=True,
+    help="Seconds between probes of each GitProvider's remote (also probed on every change).",
+)
 def run(
-    kubeconfig: Path | None, context: str | None, cache_dir: Path, metrics_addr: str, log_level: str
+    kubeconfig: Path | None,
+    context: str | None,
+    cache_dir: Path,
+    metrics_addr: str,
+    log_level: str,
+    allow_file_urls: bool,
+    probe_interval: float,
 ) -> None:
     """Run the operator until SIGTERM/SIGINT; pending writes are flushed on the way out."""
     klog.configure(log_level)
-    asyncio.run(_until_signal(run_operator(kubeconfig, context, cache_dir, metrics_addr)))
+    operator = run_operator(
+        kubeconfig,
+        context,
+        cache_dir,
+        metrics_addr,
+        allow_file_urls=allow_file_urls,
+        probe_interval=probe_interval,
+    )
+    asyncio.run(_until_signal(operator))
 
 
 @main.command()

@@ -34,11 +34,12 @@ def crds(controlplane: ControlPlane) -> ControlPlane:
 def operator(
     crds: ControlPlane, tmp_path: Path, namespace: str
 ) -> Iterator[Callable[..., Operator]]:
-    """Start `kubescribe run` (call it; extra CLI args allowed). Stopped and cleaned up after."""
+    """Start `kubescribe run` (call it; extra CLI args allowed; file:// remotes allowed unless
+    `allow_file_urls=False`). Stopped and cleaned up after."""
     started: list[Operator] = []
 
-    def start(*extra: str) -> Operator:
-        op = Operator(crds, tmp_path / "operator", *extra).start()
+    def start(*extra: str, allow_file_urls: bool = True) -> Operator:
+        op = Operator(crds, tmp_path / "operator", *extra, allow_file_urls=allow_file_urls).start()
         started.append(op)
         return op
 

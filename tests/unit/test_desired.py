@@ -34,7 +34,7 @@ def obj(
 
 
 def provider(**spec: Any) -> dict[str, Any]:
-    return obj("GitProvider", "git", {"url": "file:///tmp/r.git", **spec})
+    return obj("GitProvider", "git", {"url": "https://git.example/r.git", **spec})
 
 
 def target(

@@ -23,6 +23,7 @@ from kubescribe.api.models import (
 )
 from kubescribe.controller.streams import StreamSpec, merge_operations
 from kubescribe.git.repo import normalize_url
+from kubescribe.git.urlpolicy import UrlRefused, check_url
 from kubescribe.kube.discovery import Discovered
 from kubescribe.mirror import messages
 from kubescribe.mirror.changes import PruneMode, TargetKey
@@ -116,7 +117,7 @@ def _invalid(exc: ValidationError) -> Problem:
     return Problem("InvalidSpec", f"spec.{where}: {first['msg']}")
 
 
-def plan_provider(obj: Mapping[str, Any]) -> ProviderPlan:
+def plan_provider(obj: Mapping[str, Any], *, allow_file_urls: bool = False) -> ProviderPlan:
     key, gen = _key(obj), _generation(obj)
     try:
         spec = GitProviderSpec.model_validate(obj.get("spec") or {})
@@ -132,6 +133,11 @@ def plan_provider(obj: Mapping[str, Any]) -> ProviderPlan:
         parse_duration(spec.push.commit_window)
     except ValueError as exc:
         return ProviderPlan(key, gen, spec, problem=Problem("InvalidSpec", f"spec.push: {exc}"))
+    try:
+        check_url(spec.url, allow_file_urls)
+    except UrlRefused as refused:  # its message never repeats credentials found in the URL
+        problem = Problem("UrlRefused", f"spec.url: {refused.message} ({refused.reason})")
+        return ProviderPlan(key, gen, spec, problem=problem)
     return ProviderPlan(key, gen, spec, normalized_url=normalize_url(spec.url))
 
 
@@ -234,10 +240,12 @@ def compile_plan(
     cluster_watch_rules: Iterable[Mapping[str, Any]],
     discovered: list[Discovered],
     noise: NoisePolicy,
+    *,
+    allow_file_urls: bool = False,
 ) -> Plan:
     plan = Plan()
     for obj in providers:
-        p = plan_provider(obj)
+        p = plan_provider(obj, allow_file_urls=allow_file_urls)
         plan.providers[p.key] = p
     target_objs = list(targets)
     target_plans = [_plan_target(obj, plan.providers) for obj in target_objs]

@@ -18,6 +18,7 @@ from kubescribe.api import conditions as c
 from kubescribe.controller.commitrequests import CommitRequests, TargetAccess
 from kubescribe.controller.desired import Plan, TargetPlan, compile_plan
 from kubescribe.controller.encryption import EncryptionResolver
+from kubescribe.controller.providers import Providers
 from kubescribe.controller.status import Cond, StatusWriter, kstatus
 from kubescribe.controller.streams import StreamSpec, TargetStream
 from kubescribe.git.worker import BranchWorker, Committer, TargetConfig, WriteReport
@@ -56,6 +57,9 @@ class Settings:
     noise: NoisePolicy = DEFAULT_NOISE_POLICY
     resolver: AuthorResolver | None = None  # audit attribution (attributed-author)
     request_authors: CommitRequestAuthors | None = None  # who created each CommitRequest
+    allow_file_urls: bool = False
+    probe_interval: float = 300.0
+    credentials_refresh: float = 10.0
 
 
 class _Cache:
@@ -109,6 +113,14 @@ class Manager:
             client, self._status, self._target_access, self.settings.request_authors
         )
         self._encryption = EncryptionResolver(client)
+        self._providers = Providers(
+            client,
+            cache_dir=self.settings.cache_dir,
+            allow_file_urls=self.settings.allow_file_urls,
+            refresh_interval=self.settings.credentials_refresh,
+            probe_interval=self.settings.probe_interval,
+            on_change=self._poke.set,
+        )
         self.synced = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -147,6 +159,7 @@ class Manager:
             *(w.stop(timeout=20) for w in self._workers.values()), return_exceptions=True
         )
         self._workers.clear()
+        self._providers.close()
 
     # -- discovery -------------------------------------------------------------------------
     async def _discovery_loop(self) -> None:
@@ -189,7 +202,10 @@ class Manager:
             caches["ClusterWatchRule"].objects.values(),
             [item for item, _ in self._discovered.values()],
             self.settings.noise,
+            allow_file_urls=self.settings.allow_file_urls,
         )
+        await self._providers.sync(self.plan.providers)
+        self._providers.gate(self.plan)  # no credentials or signing key: the targets wait
         await self._encryption.refresh(self.plan)
         self._apply_workers()
         for key in self._encryption.take_resyncs():  # re-list: refused documents can be written
@@ -207,6 +223,7 @@ class Manager:
         for key, worker in list(self._workers.items()):
             if key not in by_worker:
                 del self._workers[key]
+                self._providers.drop_worker(key)
                 self._tasks.append(asyncio.create_task(_stop(worker)))
         for key, targets in by_worker.items():
             existing = self._workers.get(key)
@@ -222,12 +239,15 @@ class Manager:
                     on_report=self._on_report,
                     on_pushed=self._on_pushed,
                     resolver=self.settings.resolver,
+                    callbacks=self._providers.callbacks(key, provider.spec.url),
                 )
                 self._workers[key] = worker
+                self._providers.assign(key, [t.provider.key for t in targets if t.provider], worker)
                 worker.start()
             else:
                 worker = existing
             worker.configure([self._target_config(t) for t in targets])
+            self._providers.assign(key, [t.provider.key for t in targets if t.provider], worker)
 
     def _target_config(self, target: TargetPlan) -> TargetConfig:
         assert target.spec is not None and target.provider is not None and target.provider.spec
@@ -281,6 +301,9 @@ class Manager:
 
     def _on_report(self, report: WriteReport) -> None:
         self._reports[report.target] = report
+        target = self.plan.targets.get(report.target)
+        if target is not None and target.writable:
+            self._providers.record_report(target.worker_key, report)
         self._poke.set()
 
     def _on_pushed(self, cursors: list[Cursor]) -> None:
@@ -293,15 +316,8 @@ class Manager:
             p = plan.providers.get(key)
             if p is None:
                 continue
-            domain = [Cond(c.VALIDATED, "True", c.VALIDATED, "Spec is valid")]
-            if p.problem:
-                domain = [Cond(c.VALIDATED, "False", p.problem.reason, p.problem.message)]
-            await self._status.write(
-                obj,
-                "gitproviders",
-                domain + kstatus(domain, progressing=None),
-                {"normalizedUrl": p.normalized_url} if p.normalized_url else {},
-            )
+            conds, extra = self._providers.status(p)
+            await self._status.write(obj, "gitproviders", conds, extra)
         for (ns, name), obj in list(caches["GitTarget"].objects.items()):
             t = plan.targets.get(TargetKey(ns, name))
             if t is not None:

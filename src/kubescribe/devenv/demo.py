@@ -94,6 +94,7 @@ def main(keep: Path) -> None:
                 str(keep / "cache"),
                 "--metrics-addr",
                 f"127.0.0.1:{free_port()}",
+                "--allow-file-urls",  # the demo's remote is a local bare repository
             ],
             stdout=log_file,
             stderr=subprocess.STDOUT,

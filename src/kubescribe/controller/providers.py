@@ -1,0 +1,643 @@
+"""GitProviders at run time: credentials, known hosts and signing keys from Secrets, probes of
+the remote, who each branch worker writes as, and the provider's status.
+
+Secrets and ConfigMaps are read by a direct GET when a provider appears or changes and again
+every `refresh_interval` seconds (a new `resourceVersion` rebuilds the credentials and probes
+again). Their data lives only in the `Credentials` and `SigningKey` built from it: never in a
+cache of objects, never in a log line, a condition message or an exception.
+
+Conditions of a GitProvider (besides `Validated`, from the plan):
+
+* `Readable`: the read probe (the ref advertisement, like `git ls-remote`), or why the
+  credentials could not be read. Ready follows it.
+* `Writable`: the push probe (receive-pack is offered to the credentials; nothing is sent), and
+  the outcome of real pushes by the branch workers that use the provider's credentials. False
+  only on an explicit refusal; Unknown when the probe could not run. A probe that cannot run
+  never clears a proven denial, and the push probe (which cannot see hooks or branch
+  protection) never clears a denial seen on a real push: only a later accepted push does, or
+  new credentials.
+* `SigningKeyLoaded` (with `spec.signing`): the key commits are signed with, published in
+  `status.signingKey`. While it is not loaded the provider's GitTargets write nothing: there is
+  no unsigned fallback.
+
+Two GitProviders for one repository share the branch workers (one writer per normalized URL
+and branch). A worker pushes with the credentials of the provider most likely to be allowed to
+(Writable True, then Unknown; then by name), and signs with the key of the first provider that
+configures signing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pygit2
+import structlog
+
+from kubescribe.api import conditions as c
+from kubescribe.api.models import GitProviderSpec, SigningSpec
+from kubescribe.controller.desired import ObjKey, Plan, Problem, ProviderPlan
+from kubescribe.controller.status import Cond, kstatus
+from kubescribe.git.credentials import (
+    Credentials,
+    GitFailure,
+    InvalidCredentials,
+    remote_callbacks,
+    write_host_key_preferences,
+)
+from kubescribe.git.probe import URL_REFUSED, RemoteProbe, Verdict, probe_remote, use_home
+from kubescribe.git.repo import CommitSigner, MissingSigner
+from kubescribe.git.signing import SigningKey
+from kubescribe.git.worker import BranchWorker, WriteReport
+from kubescribe.kube.client import ApiError, KubeClient
+
+log = structlog.get_logger(__name__)
+
+READABLE = "Readable"
+WRITABLE = "Writable"
+SIGNING_KEY_LOADED = "SigningKeyLoaded"
+
+KNOWN_HOSTS_NOT_FOUND = "KnownHostsNotFound"
+INVALID_CREDENTIALS = "InvalidCredentials"
+CREDENTIALS_UNAVAILABLE = "CredentialsUnavailable"
+SIGNING_KEY_MISSING = "SigningKeyMissing"
+SIGNING_KEY_INVALID = "SigningKeyInvalid"
+PROBING = "Probing"
+
+SIGNING_PUBLIC_KEY = "signing.pub"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "kubescribe"}
+BACKUP_ANNOTATION = "kubescribe.io/backup"
+BACKUP_NOTE = (
+    "The key that signs kubescribe's commits; its public half is in the GitProvider status"
+)
+
+Status = Literal["True", "False", "Unknown"]
+_RANK: dict[str, int] = {"True": 0, "Unknown": 1, "False": 2}
+
+
+# --- Writable evidence (pure) --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What is known about push access: `source` is `probe` or `push`, `at` wall-clock time."""
+
+    status: Status
+    reason: str
+    message: str
+    source: Literal["", "probe", "push"] = ""
+    at: float = 0.0
+
+
+NOT_PROBED = Evidence("Unknown", PROBING, "Not probed yet")
+NOT_READ = Verdict("Unknown", PROBING, "Not probed yet")
+
+
+def combine(current: Evidence, new: Evidence) -> Evidence:
+    """The Writable evidence after `new` was observed."""
+    if current.status == "False":
+        if new.status == "Unknown":
+            return current  # a probe that could not run proves nothing
+        if new.status == "True" and new.source == "probe" and current.source == "push":
+            return current  # receive-pack access says nothing about hooks or protection
+    return new
+
+
+def push_evidence(current: Evidence, report: WriteReport, now: float) -> Evidence:
+    """The evidence after a branch worker's report for a push made with these credentials."""
+    if not report.ok:
+        if report.reason == GitFailure.PERMISSION_DENIED:
+            return Evidence("False", report.reason, report.message, "push", now)
+        return current
+    pushed_at = report.pushed_at
+    if pushed_at is None or pushed_at <= current.at or current.status == "True":
+        return current
+    commit = f" ({report.commit[:12]})" if report.commit else ""
+    return Evidence("True", WRITABLE, f"The last push was accepted{commit}", "push", pushed_at)
+
+
+# --- what was read from the cluster --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Credentials and signing key of one provider, and the versions they were read at."""
+
+    versions: tuple[tuple[str, ...], ...]
+    creds: Credentials = field(default_factory=Credentials)
+    problem: Problem | None = None
+    signer: SigningKey | None = None
+    signing_problem: Problem | None = None
+
+
+class _Unavailable(Exception):
+    """The API server could not be asked (not a 404); the message names no secret value."""
+
+
+@dataclass
+class _State:
+    key: ObjKey
+    spec: GitProviderSpec
+    spec_json: str
+    sources: Sources | None = None
+    unavailable: str = ""
+    read_at: float = -math.inf
+    readable: Verdict = NOT_READ
+    writable: Evidence = NOT_PROBED
+    epoch: int = 0
+    probe_due: bool = True
+    probed_at: float = -math.inf
+    probing: asyncio.Task[None] | None = None
+
+
+@dataclass
+class _Slot:
+    """Who a branch worker writes as: read on the worker's thread for every transfer."""
+
+    url: str
+    provider: ObjKey | None = None
+    creds: Credentials = field(default_factory=Credentials)
+    signer: CommitSigner | None = None
+    signed_by: tuple[str, ...] = ()
+
+    def callbacks(self) -> pygit2.RemoteCallbacks:
+        return remote_callbacks(self.creds, self.url)
+
+
+class Providers:
+    """Runtime state of every valid GitProvider; driven by the manager's reconcile loop."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        cache_dir: Path,
+        allow_file_urls: bool = False,
+        refresh_interval: float = 10.0,
+        probe_interval: float = 300.0,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.client = client
+        self.allow_file_urls = allow_file_urls
+        self.refresh_interval = refresh_interval
+        self.probe_interval = probe_interval
+        self._on_change = on_change
+        self._home = cache_dir / "libgit2-home"
+        self._scratch = cache_dir / "probe"
+        use_home(self._home)
+        self._known_hosts: tuple[str, ...] | None = None
+        self._states: dict[ObjKey, _State] = {}
+        self._slots: dict[tuple[str, str], _Slot] = {}
+        self._executor = ThreadPoolExecutor(4, thread_name_prefix="kubescribe-probe")
+
+    def close(self) -> None:
+        for state in self._states.values():
+            if state.probing is not None:
+                state.probing.cancel()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # -- reconcile ---------------------------------------------------------------------------
+    async def sync(self, providers: Mapping[ObjKey, ProviderPlan]) -> None:
+        """Follow the valid providers: read their Secrets when new, changed or due, and
+        start probes that are due."""
+        valid = {k: p for k, p in providers.items() if p.problem is None and p.spec is not None}
+        for key in [k for k in self._states if k not in valid]:
+            self._drop(key)
+        now = time.monotonic()
+        for key, plan in valid.items():
+            assert plan.spec is not None
+            spec_json = plan.spec.model_dump_json()
+            state = self._states.get(key)
+            if state is None or state.spec_json != spec_json:
+                if state is not None:
+                    self._drop(key)
+                state = self._states[key] = _State(key, plan.spec, spec_json)
+            if now - state.read_at >= self.refresh_interval:
+                await self._refresh(state)
+            due = now - state.probed_at >= self.probe_interval
+            if state.sources is not None and state.probing is None and (state.probe_due or due):
+                self._start_probe(state)
+        self._write_known_hosts()
+
+    def gate(self, plan: Plan) -> None:
+        """Hold back the GitTargets of providers that must not be written with: no readable
+        credentials, a refused URL, or signing configured without a key."""
+        for tkey, target in list(plan.targets.items()):
+            provider = target.provider
+            if provider is None or target.problem is not None or target.path_problem is not None:
+                continue
+            problem = self.blocking_problem(provider.key)
+            if problem is not None:
+                plan.targets[tkey] = dataclasses.replace(
+                    target,
+                    problem=Problem(
+                        problem.reason, f"GitProvider {provider.key[1]!r}: {problem.message}"
+                    ),
+                )
+        plan.streams = {k: s for k, s in plan.streams.items() if plan.targets[s.target].writable}
+
+    def blocking_problem(self, key: ObjKey) -> Problem | None:
+        state = self._states.get(key)
+        if state is None:
+            return None
+        sources = state.sources
+        if sources is None:
+            return Problem(CREDENTIALS_UNAVAILABLE, state.unavailable or "credentials not read yet")
+        if sources.problem is not None:
+            return sources.problem
+        if sources.signing_problem is not None:
+            return sources.signing_problem
+        if state.readable.reason == URL_REFUSED:
+            return Problem(URL_REFUSED, state.readable.message)
+        return None
+
+    # -- branch workers ----------------------------------------------------------------------
+    def callbacks(self, worker_key: tuple[str, str], url: str) -> Any:
+        """The callbacks factory for a new branch worker (follows `assign`)."""
+        slot = self._slots.setdefault(worker_key, _Slot(url))
+        slot.url = url
+        return slot.callbacks
+
+    def assign(
+        self, worker_key: tuple[str, str], providers: Iterable[ObjKey], worker: BranchWorker
+    ) -> None:
+        """Choose the credentials and signing key of a worker from the providers of its
+        targets; a change applies from the next transfer and cuts a retry wait short."""
+        slot = self._slots.setdefault(worker_key, _Slot(worker.url))
+        keys = sorted(set(providers))
+        states = [self._states[k] for k in keys if k in self._states]
+        chosen = min(
+            states,
+            key=lambda s: (_RANK[s.writable.status], _RANK[s.readable.status], s.key),
+            default=None,
+        )
+        creds = chosen.sources.creds if chosen and chosen.sources else Credentials()
+        signer: CommitSigner | None = None
+        signed_by: tuple[str, ...] = ()
+        for state in states:
+            if state.spec.signing is not None:
+                loaded = state.sources.signer if state.sources else None
+                if loaded is not None:
+                    signer, signed_by = loaded, (*state.key, loaded.fingerprint)
+                else:
+                    signer, signed_by = (
+                        MissingSigner(
+                            f"GitProvider {state.key[1]!r} signs commits and its key is not loaded"
+                        ),
+                        (*state.key, ""),
+                    )
+                break
+        if signed_by != slot.signed_by or (signer is None) != (slot.signer is None):
+            slot.signer, slot.signed_by = signer, signed_by
+            worker.set_signer(signer)
+        provider = chosen.key if chosen else None
+        if (provider, creds) != (slot.provider, slot.creds):
+            slot.provider, slot.creds = provider, creds
+            worker.retry_now()
+
+    def record_report(self, worker_key: tuple[str, str], report: WriteReport) -> None:
+        """A worker's write outcome is evidence about the credentials it pushed with."""
+        slot = self._slots.get(worker_key)
+        if slot is None or slot.provider is None:
+            return
+        state = self._states.get(slot.provider)
+        if state is None or state.sources is None:
+            return
+        if slot.creds is not state.sources.creds:
+            return  # written with credentials the provider no longer has
+        state.writable = push_evidence(state.writable, report, time.time())
+
+    def drop_worker(self, worker_key: tuple[str, str]) -> None:
+        self._slots.pop(worker_key, None)
+
+    # -- status ------------------------------------------------------------------------------
+    def status(self, plan: ProviderPlan) -> tuple[list[Cond], dict[str, Any]]:
+        """Conditions (domain and kstatus) and extra status fields of a GitProvider."""
+        extra: dict[str, Any] = {}
+        if plan.normalized_url:
+            extra["normalizedUrl"] = plan.normalized_url
+        if plan.problem is not None:
+            validated = Cond(c.VALIDATED, "False", plan.problem.reason, plan.problem.message)
+            return [validated, *kstatus([validated], progressing=None)], extra
+        domain = [Cond(c.VALIDATED, "True", c.VALIDATED, "Spec is valid")]
+        state = self._states.get(plan.key)
+        if state is None:
+            return [*domain, *kstatus(domain, progressing="Reading credentials")], extra
+        sources = state.sources
+        problem = sources.problem if sources is not None else None
+        if sources is None:
+            problem = Problem(
+                CREDENTIALS_UNAVAILABLE, state.unavailable or "credentials not read yet"
+            )
+        if problem is not None:
+            readable = Cond(READABLE, "False", problem.reason, problem.message)
+            writable = Cond(WRITABLE, "Unknown", problem.reason, "Not probed: no credentials")
+        else:
+            verdict = state.readable
+            readable = Cond(READABLE, verdict.status, verdict.reason, verdict.message)
+            evidence = state.writable
+            writable = Cond(WRITABLE, evidence.status, evidence.reason, evidence.message)
+        domain.append(readable)
+        if state.spec.signing is not None:
+            domain.append(_signing_condition(state.spec.signing, sources))
+            if sources is not None and sources.signer is not None:
+                extra["signingKey"] = {
+                    "publicKey": sources.signer.public_key_line,
+                    "fingerprint": sources.signer.fingerprint,
+                }
+        progressing = "Probing the remote" if readable.status == "Unknown" else None
+        return [*domain, writable, *kstatus(domain, progressing=progressing)], extra
+
+    # -- internals ---------------------------------------------------------------------------
+    def _drop(self, key: ObjKey) -> None:
+        state = self._states.pop(key, None)
+        if state is not None and state.probing is not None:
+            state.probing.cancel()
+
+    async def _refresh(self, state: _State) -> None:
+        state.read_at = time.monotonic()
+        try:
+            sources = await self._read_sources(state.key, state.spec, state.sources)
+        except _Unavailable as exc:
+            state.unavailable = str(exc)
+            log.warning("provider.sources_unavailable", provider=_name(state.key), error=str(exc))
+            return  # keep what was read last time, if anything
+        state.unavailable = ""
+        if state.sources is not None and state.sources.versions == sources.versions:
+            return
+        first = state.sources is None
+        state.sources = sources
+        state.epoch += 1
+        state.probe_due = True
+        if not first:
+            # New credentials: what was proven about the old ones no longer holds.
+            state.readable = Verdict("Unknown", PROBING, "Credentials changed; probing again")
+            state.writable = Evidence("Unknown", PROBING, "Credentials changed; probing again")
+        log.info(
+            "provider.sources_read",
+            provider=_name(state.key),
+            problem=sources.problem.reason if sources.problem else None,
+            signing=bool(sources.signer),
+        )
+
+    def _start_probe(self, state: _State) -> None:
+        state.probe_due = False
+        state.probing = asyncio.get_running_loop().create_task(
+            self._probe(state, state.epoch), name=f"probe {_name(state.key)}"
+        )
+
+    async def _probe(self, state: _State, epoch: int) -> None:
+        assert state.sources is not None
+        creds = state.sources.creds
+        loop = asyncio.get_running_loop()
+        try:
+            result = await loop.run_in_executor(
+                self._executor,
+                lambda: probe_remote(
+                    state.spec.url, creds, self._scratch, allow_file=self.allow_file_urls
+                ),
+            )
+        except Exception as exc:  # a bug, not a verdict on the remote
+            log.exception("provider.probe_failed", provider=_name(state.key))
+            result = RemoteProbe(
+                Verdict("Unknown", "ProbeFailed", f"The probe failed: {type(exc).__name__}"),
+                Verdict("Unknown", "ProbeFailed", "Not probed"),
+            )
+        finally:
+            state.probing = None
+            state.probed_at = time.monotonic()
+        if self._states.get(state.key) is not state or state.epoch != epoch:
+            return
+        state.readable = result.read
+        probe = Evidence(
+            result.write.status, result.write.reason, result.write.message, "probe", time.time()
+        )
+        state.writable = combine(state.writable, probe)
+        log.info(
+            "provider.probed",
+            provider=_name(state.key),
+            readable=result.read.status,
+            read_reason=result.read.reason,
+            writable=state.writable.status,
+            write_reason=state.writable.reason,
+        )
+        if self._on_change is not None:
+            self._on_change()
+
+    def _write_known_hosts(self) -> None:
+        """libssh2 offers the host key types listed in libgit2's homedir known_hosts: list
+        every provider's keys there (trust is still decided per provider)."""
+        entries = [
+            entry
+            for state in self._states.values()
+            if state.sources is not None
+            for entry in state.sources.creds.known_hosts
+        ]
+        fingerprint = tuple(sorted(f"{e.hosts} {e.key.hex()}" for e in entries))
+        if fingerprint == self._known_hosts:
+            return
+        write_host_key_preferences(self._home, entries)
+        self._known_hosts = fingerprint
+
+    async def _get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        kind = "Secret" if plural == "secrets" else "ConfigMap"
+        try:
+            found: dict[str, Any] = await self.client.get(
+                f"/api/v1/namespaces/{namespace}/{plural}/{name}"
+            )
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise _Unavailable(f"cannot read {kind} {name!r}: {exc.status} {exc.reason}") from None
+        except Exception as exc:  # connection trouble: try again next time
+            raise _Unavailable(f"cannot read {kind} {name!r}: {type(exc).__name__}") from None
+        return found
+
+    async def _read_sources(
+        self, key: ObjKey, spec: GitProviderSpec, previous: Sources | None
+    ) -> Sources:
+        namespace = key[0]
+        versions: list[tuple[str, ...]] = []
+        problem: Problem | None = None
+        data: dict[str, bytes] = {}
+        if spec.secret_ref is not None:
+            name = spec.secret_ref.name
+            secret = await self._get("secrets", namespace, name)
+            versions.append(_version("secrets", name, secret))
+            if secret is None:
+                problem = Problem(c.SECRET_NOT_FOUND, f"Secret {name!r} (spec.secretRef) not found")
+            else:
+                data = _secret_data(secret)
+        known_hosts: bytes | None = None
+        ref = spec.known_hosts_ref
+        if ref is not None:
+            plural = "secrets" if ref.kind == "Secret" else "configmaps"
+            obj = await self._get(plural, namespace, ref.name)
+            versions.append(_version(plural, ref.name, obj))
+            values = (_secret_data(obj) if ref.kind == "Secret" else _configmap_data(obj)) or {}
+            known_hosts = values.get(ref.key)
+            if known_hosts is None and problem is None:
+                where = f"{ref.kind} {ref.name!r}"
+                problem = Problem(
+                    KNOWN_HOSTS_NOT_FOUND,
+                    f"{where} (spec.knownHostsRef) not found"
+                    if obj is None
+                    else f"{where} (spec.knownHostsRef) has no key {ref.key!r}",
+                )
+        creds = Credentials()
+        if problem is None:
+            try:
+                creds = Credentials.from_secret_data(data, known_hosts=known_hosts)
+            except InvalidCredentials as exc:
+                problem = Problem(INVALID_CREDENTIALS, f"Secret {_ref_name(spec)}: {exc}")
+        signer, signing_problem = None, None
+        if spec.signing is not None:
+            signer, signing_problem, version = await self._signing_key(
+                namespace, spec.signing, previous
+            )
+            versions.append(version)
+        versions_t = tuple(versions)
+        if previous is not None and previous.versions == versions_t:
+            return previous
+        return Sources(versions_t, creds, problem, signer, signing_problem)
+
+    async def _signing_key(
+        self, namespace: str, spec: SigningSpec, previous: Sources | None
+    ) -> tuple[SigningKey | None, Problem | None, tuple[str, ...]]:
+        name, data_key = spec.secret_ref.name, spec.key
+        secret = await self._get("secrets", namespace, name)
+        version = _version("secrets", name, secret)
+        if previous is not None and version in previous.versions and previous.signer:
+            return previous.signer, None, version
+        raw = _secret_data(secret).get(data_key) if secret is not None else None
+        if raw is None:
+            where = f"Secret {name!r}" if secret is None else f"key {data_key!r} of Secret {name!r}"
+            if not spec.generate_when_missing:
+                return (
+                    None,
+                    Problem(
+                        SIGNING_KEY_MISSING,
+                        f"{where} (spec.signing) not found; commits are not written unsigned",
+                    ),
+                    version,
+                )
+            return await self._generate(namespace, spec, secret)
+        try:
+            return SigningKey.from_openssh(raw, comment=f"kubescribe {namespace}"), None, version
+        except (ValueError, TypeError):
+            return (
+                None,
+                Problem(
+                    SIGNING_KEY_INVALID,
+                    f"key {data_key!r} of Secret {name!r} (spec.signing) is not an unencrypted"
+                    " ed25519 private key in OpenSSH format",
+                ),
+                version,
+            )
+
+    async def _generate(
+        self, namespace: str, spec: SigningSpec, secret: Mapping[str, Any] | None
+    ) -> tuple[SigningKey | None, Problem | None, tuple[str, ...]]:
+        """A new ed25519 key stored in the Secret (created, or added with a precondition on
+        its resourceVersion so two writers cannot both add one)."""
+        name = spec.secret_ref.name
+        key = SigningKey.generate(comment=f"kubescribe {namespace}")
+        data = {
+            spec.key: base64.b64encode(key.private_openssh().encode()).decode(),
+            SIGNING_PUBLIC_KEY: base64.b64encode(key.public_key_line.encode()).decode(),
+        }
+        meta: dict[str, Any] = {
+            "labels": MANAGED_BY,
+            "annotations": {BACKUP_ANNOTATION: BACKUP_NOTE},
+        }
+        try:
+            if secret is None:
+                written = await self.client.request(
+                    "POST",
+                    f"/api/v1/namespaces/{namespace}/secrets",
+                    body={
+                        "apiVersion": "v1",
+                        "kind": "Secret",
+                        "metadata": {"name": name, "namespace": namespace, **meta},
+                        "type": "Opaque",
+                        "data": data,
+                    },
+                )
+            else:
+                rv = secret["metadata"]["resourceVersion"]
+                written = await self.client.merge_patch(
+                    f"/api/v1/namespaces/{namespace}/secrets/{name}",
+                    {"metadata": {**meta, "resourceVersion": rv}, "data": data},
+                )
+        except ApiError as exc:
+            # 409: someone wrote the Secret meanwhile; it is read again next time.
+            raise _Unavailable(f"cannot write Secret {name!r}: {exc.status} {exc.reason}") from None
+        except Exception as exc:
+            raise _Unavailable(f"cannot write Secret {name!r}: {type(exc).__name__}") from None
+        log.info(
+            "provider.signing_key_generated",
+            namespace=namespace,
+            secret=name,
+            fingerprint=key.fingerprint,
+        )
+        return key, None, _version("secrets", name, written)
+
+
+def _signing_condition(spec: SigningSpec, sources: Sources | None) -> Cond:
+    if sources is None:
+        return Cond(SIGNING_KEY_LOADED, "Unknown", PROBING, "Signing key not read yet")
+    if sources.signing_problem is not None:
+        problem = sources.signing_problem
+        return Cond(SIGNING_KEY_LOADED, "False", problem.reason, problem.message)
+    assert sources.signer is not None
+    return Cond(
+        SIGNING_KEY_LOADED,
+        "True",
+        SIGNING_KEY_LOADED,
+        f"Signing commits with {sources.signer.fingerprint} "
+        f"(Secret {spec.secret_ref.name!r}, key {spec.key!r})",
+    )
+
+
+def _name(key: ObjKey) -> str:
+    return f"{key[0]}/{key[1]}"
+
+
+def _ref_name(spec: GitProviderSpec) -> str:
+    return repr(spec.secret_ref.name) if spec.secret_ref else "(none)"
+
+
+def _version(plural: str, name: str, obj: Mapping[str, Any] | None) -> tuple[str, ...]:
+    if obj is None:
+        return (plural, name, "")
+    meta = obj.get("metadata") or {}
+    return (plural, name, str(meta.get("uid", "")), str(meta.get("resourceVersion", "")))
+
+
+def _secret_data(obj: Mapping[str, Any] | None) -> dict[str, bytes]:
+    if obj is None:
+        return {}
+    out: dict[str, bytes] = {}
+    for name, value in (obj.get("data") or {}).items():
+        try:
+            out[name] = base64.b64decode(value or "", validate=True)
+        except (binascii.Error, ValueError):
+            continue
+    return out
+
+
+def _configmap_data(obj: Mapping[str, Any] | None) -> dict[str, bytes]:
+    if obj is None:
+        return {}
+    out = {name: str(value).encode() for name, value in (obj.get("data") or {}).items()}
+    out.update(_secret_data({"data": obj.get("binaryData") or {}}))
+    return out

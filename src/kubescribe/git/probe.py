@@ -1,0 +1,160 @@
+"""Probes of a remote for GitProvider status: may the operator read it, and would it take a push.
+
+`probe_remote` connects twice and transfers no objects. First as a fetch: the server's ref
+advertisement, what `git ls-remote` shows. Then as a push: libgit2 connects to the receive-pack
+service and reads its advertisement, and then hangs up without sending a single command. That
+is where servers refuse read-only credentials (an OpenSSH forced command, HTTP 403 on
+`info/refs?service=git-receive-pack`). Branch protection and hooks that decline an update are
+only seen by a real push: the branch worker reports those.
+
+Everything here blocks (libgit2); call it from an executor.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import pygit2
+from pygit2.ffi import C
+
+from kubescribe.git.credentials import (
+    Credentials,
+    GitFailure,
+    classify_git_error,
+    remote_callbacks,
+)
+from kubescribe.git.repo import redact
+from kubescribe.git.urlpolicy import UrlRefused, check_url
+
+Status = Literal["True", "False", "Unknown"]
+
+URL_REFUSED = "UrlRefused"
+READABLE = "Readable"
+WRITABLE = "Writable"
+PROBE_FAILED = "ProbeFailed"
+# A server that names the credential as the problem has answered: that is a refusal. Any
+# other failure (no route, a timeout, a broken transfer) says nothing about permissions.
+REFUSALS = frozenset({GitFailure.PERMISSION_DENIED, GitFailure.AUTHENTICATION_FAILED})
+CONNECT_TIMEOUT_MS = 30_000
+
+_SCRATCH_LOCK = threading.Lock()
+_FETCH: int = C.GIT_DIRECTION_FETCH
+_PUSH: int = C.GIT_DIRECTION_PUSH
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One probe's outcome, shaped like a condition."""
+
+    status: Status
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RemoteProbe:
+    read: Verdict
+    write: Verdict
+
+
+def use_home(home: Path) -> None:
+    """Point libgit2's home (its `~/.ssh/known_hosts` hint file, global config) at an
+    operator-owned directory, and bound how long a connect may take. Process-wide: call once."""
+    home.mkdir(parents=True, exist_ok=True)
+    pygit2.settings.homedir = str(home)
+    pygit2.settings.server_connect_timeout = CONNECT_TIMEOUT_MS
+
+
+def resolve_host(host: str) -> list[str]:
+    """The addresses `host` resolves to, for `check_url`; none when it does not resolve (the
+    connection attempt then reports that)."""
+    try:
+        return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, None)})
+    except (OSError, UnicodeError):
+        return []
+
+
+def probe_remote(
+    url: str,
+    creds: Credentials,
+    scratch_dir: Path,
+    *,
+    allow_file: bool = False,
+    resolve: bool = True,
+) -> RemoteProbe:
+    """Read and write probes of `url` with `creds`; messages never hold a credential."""
+    try:
+        check_url(url, allow_file, resolve=resolve_host if resolve else None)
+    except UrlRefused as refused:
+        return RemoteProbe(
+            Verdict("False", URL_REFUSED, f"{refused.message} ({refused.reason})"),
+            Verdict("Unknown", URL_REFUSED, "Not probed: the URL is refused"),
+        )
+    repo = _scratch(scratch_dir)
+    try:
+        heads = _connect(repo, url, creds, _FETCH)
+    except Exception as exc:
+        reason, message = _failure(exc, creds, url)
+        return RemoteProbe(
+            Verdict("False", reason, f"Cannot read the repository: {message}"),
+            Verdict("Unknown", reason, "Not probed: the read probe failed"),
+        )
+    branches = sorted(h.removeprefix("refs/heads/") for h in heads if h.startswith("refs/heads/"))
+    shown = ", ".join(branches[:5]) + (", …" if len(branches) > 5 else "")
+    read = Verdict(
+        "True",
+        READABLE,
+        f"Connected; {len(branches)} branch(es)" + (f": {shown}" if branches else ""),
+    )
+    try:
+        _connect(repo, url, creds, _PUSH)
+    except Exception as exc:
+        reason, message = _failure(exc, creds, url)
+        if reason in REFUSALS:
+            return RemoteProbe(read, Verdict("False", reason, f"Pushes are refused: {message}"))
+        return RemoteProbe(
+            read, Verdict("Unknown", reason, f"The push probe could not run: {message}")
+        )
+    return RemoteProbe(
+        read,
+        Verdict(
+            "True",
+            WRITABLE,
+            "The server offers push access to these credentials (probed without sending"
+            " anything; branch protection shows on the first push)",
+        ),
+    )
+
+
+def _scratch(scratch_dir: Path) -> pygit2.Repository:
+    """An empty bare repository that anonymous remotes hang off; never holds objects."""
+    path = scratch_dir / "probe.git"
+    with _SCRATCH_LOCK:
+        if (path / "HEAD").exists():
+            try:
+                return pygit2.Repository(str(path))
+            except pygit2.GitError:
+                pass
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return pygit2.init_repository(str(path), bare=True)
+
+
+def _connect(
+    repo: pygit2.Repository, url: str, creds: Credentials, direction: int
+) -> Iterable[str]:
+    remote = repo.remotes.create_anonymous(url)
+    try:
+        remote.connect(callbacks=remote_callbacks(creds, url), direction=direction)
+        return [str(head.name) for head in remote.list_heads(connect=False)]
+    finally:
+        del remote  # frees the remote, which hangs up without sending anything
+
+
+def _failure(exc: BaseException, creds: Credentials, url: str) -> tuple[str, str]:
+    reason, message = classify_git_error(exc, creds)
+    return str(reason), redact(message, url).strip()
