@@ -67,7 +67,7 @@ TARGET_NOT_READY = "TargetNotReady"
 CONFIGURED_AUTHOR = "ConfiguredAuthor"
 REQUESTER_UNKNOWN = "RequesterUnknown"
 
-TARGET_GRACE = 30.0
+TARGET_GRACE = 10.0  # a bundle may create the target with the request: wait that long
 CATCH_UP_TIMEOUT = 15.0
 POLL = 0.1
 LIST_EVERY = 0.5

@@ -1,0 +1,270 @@
+"""The worker's admission (authors, windows, CommitRequest handles) with a fake clock, a fake
+resolver and a list as the commit queue: no Git, no sockets."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from kubescribe.git.windowing import (
+    NOTHING_TO_COMMIT,
+    TARGET_NOT_WRITABLE,
+    WORKER_STOPPED,
+    Admission,
+    Group,
+)
+from kubescribe.mirror.authors import UNRESOLVED, AttributionMode, Author, ObjectEvent
+from kubescribe.mirror.changes import Change, Cursor, Operation, Snapshot, TargetKey
+from kubescribe.mirror.identity import Identity, ResourceType
+from kubescribe.mirror.window import CloseReason, WindowPolicy
+
+CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True)
+A = TargetKey("ns", "a")
+B = TargetKey("ns", "b")
+COMMITTER = Author("kubescribe", "kubescribe@example.invalid")
+ALICE = Author("alice", "alice@example.invalid")
+
+
+@dataclass(frozen=True)
+class Settings:
+    folder: str = "f"
+    window: WindowPolicy = field(default_factory=lambda: WindowPolicy(5))
+    attribution: AttributionMode = AttributionMode.CONFIGURED
+
+
+def change(name: str, target: TargetKey = A, author: Author | None = None) -> Change:
+    identity = Identity("", "ConfigMap", "ns", name)
+    return Change(
+        target,
+        Operation.CREATE,
+        identity,
+        CONFIGMAPS,
+        {},
+        0.0,
+        Cursor("s", name),
+        uid=f"uid-{name}",
+        author=author,
+    )
+
+
+class Resolver:
+    def __init__(self) -> None:
+        self.events: list[ObjectEvent] = []
+        self.answers: dict[str, asyncio.Future[Author | None]] = {}
+
+    def answer(self, name: str, author: Author | None) -> None:
+        self.answers[name].set_result(author)
+
+    async def author_of(self, event: ObjectEvent, observed_at: float) -> Author | None:
+        self.events.append(event)
+        future = self.answers[event.name] = asyncio.get_running_loop().create_future()
+        return await future
+
+
+class Fixture:
+    def __init__(self, resolver: Resolver | None = None, **targets: Settings) -> None:
+        self.now = 100.0
+        self.out: list[Change | Snapshot | Group] = []
+        self.wakes = 0
+        self.targets = {TargetKey("ns", k): v for k, v in targets.items()}
+        self.admission = Admission(
+            branch="main",
+            committer=COMMITTER,
+            settings=self.targets.get,
+            emit=self.out.append,
+            wake=self._wake,
+            resolver=resolver,
+            clock=lambda: self.now,
+        )
+
+    def _wake(self) -> None:
+        self.wakes += 1
+
+    def names(self) -> list[object]:
+        return [
+            [c.identity.name for c in item.changes] if isinstance(item, Group) else _name(item)
+            for item in self.out
+        ]
+
+
+def _name(item: Change | Snapshot) -> str:
+    return item.identity.name if isinstance(item, Change) else "snapshot"
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_window_zero_configured_author_is_the_fast_path() -> None:
+    f = Fixture(a=Settings(window=WindowPolicy(0)))
+    item = change("x", author=ALICE)
+
+    f.admission.enter(item)
+
+    assert len(f.out) == 1
+    out = f.out[0]
+    assert isinstance(out, Change)
+    assert out.author is None  # configured-author: the committer, whoever acted
+    assert f.admission.pending == 0
+
+
+def test_silence_closes_the_window_into_a_group() -> None:
+    f = Fixture(a=Settings())
+    f.admission.enter(change("one"))
+    f.now += 3
+    f.admission.enter(change("two"))
+
+    assert f.out == []
+    assert f.admission.next_deadline() == 108
+    f.now = 107.9
+    f.admission.close_due()
+    assert f.out == []
+    f.now = 108
+    f.admission.close_due()
+    [group] = f.out
+    assert isinstance(group, Group)
+    assert group.reason is CloseReason.SILENCE
+    assert group.author is None  # the committer
+    assert [c.cursor for c in group.changes] == group.cursors
+
+
+def test_snapshot_closes_the_window_first_and_is_never_grouped() -> None:
+    f = Fixture(a=Settings())
+    f.admission.enter(change("one"))
+    f.admission.enter(Snapshot(A, CONFIGMAPS, "ns", {}, 0.0))
+
+    assert f.names() == [["one"], "snapshot"]
+    first = f.out[0]
+    assert isinstance(first, Group)
+    assert first.reason is CloseReason.TARGET
+
+
+async def test_resolution_is_concurrent_and_fifo_per_target() -> None:
+    resolver = Resolver()
+    attributed = Settings(window=WindowPolicy(0), attribution=AttributionMode.ATTRIBUTED)
+    f = Fixture(resolver, a=attributed, b=attributed)
+    f.admission.enter(change("slow"))
+    f.admission.enter(change("fast"))
+    f.admission.enter(Snapshot(A, CONFIGMAPS, "ns", {}, 0.0))
+    f.admission.enter(change("other", B))
+    await settle()
+
+    assert [e.name for e in resolver.events] == ["slow", "fast", "other"]
+    assert resolver.events[0].uid == "uid-slow"
+    assert resolver.events[0].resource_version == "slow"
+    resolver.answer("fast", ALICE)
+    resolver.answer("other", ALICE)
+    await settle()
+    assert f.names() == ["other"]  # target b does not wait for target a
+    assert f.admission.pending == 3
+
+    resolver.answer("slow", None)
+    await settle()
+    assert f.names() == ["other", "slow", "fast", "snapshot"]
+    authors = [item.author for item in f.out if isinstance(item, Change)]
+    assert authors == [ALICE, UNRESOLVED, ALICE]
+
+
+async def test_a_change_with_an_author_is_not_resolved_again() -> None:
+    resolver = Resolver()
+    f = Fixture(
+        resolver, a=Settings(window=WindowPolicy(0), attribution=AttributionMode.ATTRIBUTED)
+    )
+    f.admission.enter(change("known", author=ALICE))
+    await settle()
+    assert resolver.events == []
+    assert f.names() == ["known"]
+
+
+async def test_shutdown_admits_unresolved_changes_and_closes_windows() -> None:
+    resolver = Resolver()
+    f = Fixture(resolver, a=Settings(attribution=AttributionMode.ATTRIBUTED))
+    f.admission.enter(change("waiting"))
+    await settle()
+    held = f.admission.hold(A, ALICE)
+
+    f.admission.shutdown()
+
+    [group] = f.out
+    assert isinstance(group, Group)
+    assert group.reason is CloseReason.SHUTDOWN
+    assert group.author == UNRESOLVED
+    assert held.future.result().reason == WORKER_STOPPED
+    f.admission.enter(change("late"))
+    assert f.names()[-1] == "late"  # after shutdown: no windows
+
+
+async def test_request_closes_only_its_authors_window() -> None:
+    f = Fixture(a=Settings(attribution=AttributionMode.ATTRIBUTED))
+    f.admission.enter(change("alices", author=ALICE))
+    mine = f.admission.hold(A, ALICE)
+    other = f.admission.hold(A, None)  # unknown requester: only an unresolved window
+
+    nothing = await f.admission.fire(other, "not yours")
+    assert nothing.reason == NOTHING_TO_COMMIT
+    f.admission.fire(mine, "Alice's release")
+
+    [group] = f.out
+    assert isinstance(group, Group)
+    assert (group.reason, group.message, group.request) == (
+        CloseReason.REQUEST,
+        "Alice's release",
+        mine,
+    )
+    assert not mine.future.done()  # resolved by the worker after the push
+
+
+async def test_fire_waits_behind_pending_resolutions() -> None:
+    resolver = Resolver()
+    f = Fixture(
+        resolver, a=Settings(window=WindowPolicy(0), attribution=AttributionMode.ATTRIBUTED)
+    )
+    handle = f.admission.hold(A, UNRESOLVED)
+    f.admission.enter(change("before-the-request"))
+    await settle()
+    f.admission.fire(handle, "Save")
+    assert f.out == []  # the marker waits in the target's FIFO
+
+    resolver.answer("before-the-request", None)
+    await settle()
+    [group] = f.out
+    assert isinstance(group, Group)
+    assert group.message == "Save"
+    assert [c.identity.name for c in group.changes] == ["before-the-request"]
+
+
+async def test_a_request_for_a_removed_target_fails_and_its_window_closes() -> None:
+    f = Fixture(a=Settings(), b=Settings())
+    f.admission.enter(change("x"))
+    handle = f.admission.hold(A, None)
+    targets = dict(f.targets)
+    del f.targets[A]
+
+    f.admission.reconfigure(targets.get, f.targets.get)
+
+    assert handle.future.result().reason == TARGET_NOT_WRITABLE
+    [group] = f.out
+    assert isinstance(group, Group)
+    assert group.reason is CloseReason.TARGET
+
+
+def test_reconfiguring_the_window_to_zero_closes_it_and_a_longer_one_keeps_it() -> None:
+    f = Fixture(a=Settings())
+    f.admission.enter(change("x"))
+    old = dict(f.targets)
+    f.targets[A] = Settings(window=WindowPolicy(60))
+    f.admission.reconfigure(old.get, f.targets.get)
+    assert f.out == []
+    assert f.admission.next_deadline() == 160
+
+    old = dict(f.targets)
+    f.targets[A] = Settings(window=WindowPolicy(0))
+    f.admission.reconfigure(old.get, f.targets.get)
+    assert f.names() == [["x"]]
+
+
+async def test_hold_on_an_unknown_target_fails_at_once() -> None:
+    f = Fixture(a=Settings())
+    handle = f.admission.hold(B, None)
+    assert handle.future.result().reason == TARGET_NOT_WRITABLE
