@@ -16,6 +16,7 @@ from kubescribe.git.windowing import (
     NOTHING_TO_COMMIT,
     PUSHED,
     TARGET_NOT_WRITABLE,
+    WORKER_STOPPED,
     RequestOutcome,
 )
 from kubescribe.git.worker import (
@@ -473,3 +474,26 @@ async def test_windows_use_the_clock_they_are_given(remote: BareRemote, tmp_path
         await until(lambda: path_of("a") in remote.files(), "the file")
     finally:
         await worker.stop(timeout=5)
+
+
+async def test_a_stopped_worker_ends_the_requests_it_could_not_push(
+    remote: BareRemote, make: Callable[..., Harness]
+) -> None:
+    h = make()
+    first = upsert("first")
+    h.worker.configure([config(window=WindowPolicy(0))])
+    h.worker.submit(first)
+    await h.written(first)
+    away = remote.path.with_name("away.git")
+    remote.path.rename(away)
+    try:
+        handle = h.worker.hold(TARGET, None)
+        h.worker.submit(upsert("second"))
+        future = h.worker.fire(handle, "Never pushed")
+        await until(lambda: bool(h.reports) and not h.reports[-1].ok, "a failed push")
+        assert not future.done()  # the worker keeps retrying; no timeout ends the request
+        assert not await h.worker.stop(timeout=0.5)
+        outcome = await asyncio.wait_for(future, 5)
+        assert outcome.reason == WORKER_STOPPED
+    finally:
+        away.rename(remote.path)

@@ -46,6 +46,7 @@ from kubescribe.git.tree import TreeConflict, edit_tree
 from kubescribe.git.windowing import (
     NOTHING_TO_COMMIT,
     TARGET_NOT_WRITABLE,
+    WORKER_STOPPED,
     Admission,
     Group,
     RequestHandle,
@@ -347,6 +348,11 @@ class BranchWorker:
                 self._task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._task
+        for item in [*self._unpushed, *self._queue]:  # requests this worker can no longer end
+            if isinstance(item, Group) and item.request is not None:
+                item.request.finish(
+                    RequestOutcome(WORKER_STOPPED, "The branch worker stopped", self.branch)
+                )
         if self._executor is not None:
             self._executor.submit(self._writer.close)
             self._executor.shutdown(wait=False)
