@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import structlog
 
 from kubescribe.controller.manager import Manager, Settings
 from kubescribe.kube.client import KubeClient
+from kubescribe.server.attribution import AttributionOptions, attribution
 from kubescribe.server.health import health_app, serve
 
 log = structlog.get_logger(__name__)
@@ -21,11 +23,15 @@ async def run_operator(
     *,
     allow_file_urls: bool = False,
     probe_interval: float = 300.0,
+    attribution_options: AttributionOptions | None = None,
 ) -> None:
+    sites = contextlib.AsyncExitStack()  # audit receiver, admission webhook, fact store
+    att = await sites.enter_async_context(attribution(attribution_options or AttributionOptions()))
     client = await KubeClient.connect(kubeconfig, context)
     settings = Settings(
         cache_dir=cache_dir, allow_file_urls=allow_file_urls, probe_interval=probe_interval
     )
+    settings.resolver, settings.request_authors = att.resolver, att.requests
     manager = Manager(client, settings)
     runner = None
     if metrics_addr:
@@ -38,4 +44,5 @@ async def run_operator(
         if runner is not None:
             await runner.cleanup()
         await client.close()
+        await sites.aclose()
         log.info("operator.stopped")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from kubescribe.controller.snapshot import (
 from kubescribe.git.worker import Committer
 from kubescribe.kube.client import KubeClient
 from kubescribe.kube.discovery import Discovered
+from kubescribe.server.attribution import AttributionOptions
 
 log = structlog.get_logger(__name__)
 
@@ -44,6 +45,81 @@ def version() -> None:
 def crds() -> None:
     """Print the CustomResourceDefinitions (multi-document YAML, for kubectl apply -f -)."""
     click.echo(render_crds(), nl=False)
+
+
+def _attribution_options(command: Callable[..., None]) -> Callable[..., None]:
+    """`kubescribe run` flags of audit attribution and the CommitRequest admission webhook."""
+    path = click.Path(exists=True, dir_okay=False, path_type=Path)
+    options = [
+        click.option(
+            "--audit-addr",
+            default="",
+            help="host:port of the HTTPS audit webhook receiver ('' = off).",
+        ),
+        click.option(
+            "--audit-tls-cert", type=path, help="Serving certificate (PEM) of the audit receiver."
+        ),
+        click.option("--audit-tls-key", type=path, help="Its private key (PEM)."),
+        click.option(
+            "--audit-client-ca",
+            type=path,
+            help="CA (PEM) that signs kube-apiserver's audit client certificate.",
+        ),
+        click.option(
+            "--audit-route",
+            default="local",
+            show_default=True,
+            help="Route of this cluster: the apiserver posts to /audit-webhook/<route>. "
+            "`name=cn1,cn2` binds it to client certificate CNs.",
+        ),
+        click.option(
+            "--audit-extra-route",
+            "audit_extra_routes",
+            multiple=True,
+            help="More accepted routes (other clusters; their facts are kept apart). Repeatable.",
+        ),
+        click.option(
+            "--audit-max-body",
+            type=click.IntRange(min=1024),
+            default=32 * 1024 * 1024,
+            show_default=True,
+            help="Largest audit batch in bytes (413 beyond).",
+        ),
+        click.option(
+            "--attribution-grace",
+            "grace",
+            type=click.FloatRange(min=0),
+            default=3.0,
+            show_default=True,
+            help="Seconds to wait for a change's audit fact before its author is unresolved.",
+        ),
+        click.option(
+            "--redis-url",
+            default="",
+            help="Share audit facts and CommitRequest authors through Redis Streams "
+            "('' = in memory).",
+        ),
+        click.option(
+            "--webhook-addr",
+            default="",
+            help="host:port of the HTTPS admission webhook that records CommitRequest "
+            "authors ('' = off).",
+        ),
+        click.option(
+            "--webhook-tls-cert",
+            type=path,
+            help="Serving certificate (PEM) of the admission webhook.",
+        ),
+        click.option("--webhook-tls-key", type=path, help="Its private key (PEM)."),
+        click.option(
+            "--webhook-client-ca",
+            type=path,
+            help="Require admission clients to present a certificate signed by this CA.",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
 
 
 @main.command()
@@ -81,6 +157,7 @@ def crds() -> None:
     show_default=True,
     help="Seconds between probes of each GitProvider's remote (also probed on every change).",
 )
+@_attribution_options
 def run(
     kubeconfig: Path | None,
     context: str | None,
@@ -89,9 +166,14 @@ def run(
     log_level: str,
     allow_file_urls: bool,
     probe_interval: float,
+    **attribution: Any,
 ) -> None:
     """Run the operator until SIGTERM/SIGINT; pending writes are flushed on the way out."""
     klog.configure(log_level)
+    attribution["audit_extra_routes"] = tuple(attribution["audit_extra_routes"])
+    attribution_options = AttributionOptions(**attribution)
+    if problems := attribution_options.problems():
+        raise click.UsageError("; ".join(problems))
     operator = run_operator(
         kubeconfig,
         context,
@@ -99,6 +181,7 @@ def run(
         metrics_addr,
         allow_file_urls=allow_file_urls,
         probe_interval=probe_interval,
+        attribution_options=attribution_options,
     )
     asyncio.run(_until_signal(operator))
 

@@ -237,6 +237,7 @@ async def test_admission_webhook_allows_and_records_the_requester(
                 if want == 200:
                     answer = await resp.json()
                     assert answer["response"] == {"uid": "review-1", "allowed": True}
+    assert att.requests is not None
     got = await att.requests.author_of_request("ns", "save", "cr-1")
     assert got == Author("carol", "carol@example.org")
     assert await att.requests.author_of_request("ns", "save", "cm-1") is None

@@ -74,11 +74,12 @@ class AttributionOptions:
 @dataclass
 class Attribution:
     """What the rest of the operator uses: `resolver` (None when no audit facts can arrive:
-    neither a receiver nor Redis is configured) and `requests` (CommitRequest authors)."""
+    neither a receiver nor Redis is configured) and `requests` (CommitRequest authors; None
+    when neither the admission webhook nor Redis is configured)."""
 
     facts: FactIndex
     resolver: AuthorResolver | None
-    requests: CommitRequestAuthors
+    requests: CommitRequestAuthors | None
     runners: list[web.AppRunner] = field(default_factory=list)
 
 
@@ -107,10 +108,10 @@ async def attribution(opts: AttributionOptions) -> AsyncIterator[Attribution]:
         if opts.audit_addr or opts.redis_url
         else None
     )
-    requests = RecordedRequestAuthors(
-        index, grace=1.0 if opts.webhook_addr or opts.redis_url else 0
+    requests = RecordedRequestAuthors(index)
+    running = Attribution(
+        index, resolver, requests if opts.webhook_addr or opts.redis_url else None
     )
-    running = Attribution(index, resolver, requests)
     reloads: list[asyncio.Task[None]] = []
     try:
         if opts.audit_addr:

@@ -1,0 +1,363 @@
+"""Audit attribution end to end: a kube-apiserver whose audit webhook posts to the operator's
+receiver (client certificate, batch mode), the operator process, a real Git remote."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubescribe.api.crds import render_crds
+from kubescribe.devenv.controlplane import AuditWebhook, ControlPlane, free_port
+from kubescribe.devenv.gitremote import BareRemote, git
+from kubescribe.devenv.pki import CertificateAuthority, KeyPair
+from kubescribe.devenv.redis import RedisServer
+from kubescribe.mirror.authors import UNRESOLVED
+from tests.e2e.mirror_objects import commit_request, configmap, provider, target, watch_rule
+from tests.e2e.test_mirror import CM_RULE, cm_path, wait_ready
+from tests.e2e.test_windows import metric
+from tests.support import Operator, manifest, wait_for
+
+pytestmark = pytest.mark.controlplane
+
+MASTERS = ("--as-group", "system:masters")
+ATTRIBUTED = {"mode": "attributed-author"}
+
+
+@dataclass
+class Audited:
+    """A control plane whose audit webhook and CommitRequest admission webhook point at the
+    operator's ports (the operator is started per test, on these ports)."""
+
+    cp: ControlPlane
+    audit_port: int
+    webhook_port: int
+    certs: Path
+    ca: CertificateAuthority
+    client: KeyPair
+
+    def flags(self, *, route: str = "local", grace: str = "8") -> list[str]:
+        return [
+            f"--audit-addr=127.0.0.1:{self.audit_port}",
+            f"--audit-tls-cert={self.certs / 'tls.crt'}",
+            f"--audit-tls-key={self.certs / 'tls.key'}",
+            f"--audit-client-ca={self.certs / 'client-ca.crt'}",
+            f"--audit-route={route}",
+            f"--attribution-grace={grace}",
+            f"--webhook-addr=127.0.0.1:{self.webhook_port}",
+            f"--webhook-tls-cert={self.certs / 'tls.crt'}",
+            f"--webhook-tls-key={self.certs / 'tls.key'}",
+        ]
+
+    def kubectl_as(self, who: str, *args: str, extra: tuple[str, ...] = ()) -> str:
+        flags = ["--as", who, *MASTERS, *(f"--as-user-extra={e}" for e in extra)]
+        return self.cp.kubectl(*args, *flags).stdout
+
+
+@pytest.fixture(scope="module")
+def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Audited]:
+    certs = tmp_path_factory.mktemp("attribution-certs")
+    ca = CertificateAuthority("kubescribe-webhooks-ca")
+    client_ca = CertificateAuthority("kubescribe-audit-clients-ca")
+    serving = ca.issue("kubescribe", hosts=("127.0.0.1", "localhost"))
+    (certs / "tls.crt").write_bytes(serving.cert_pem)
+    (certs / "tls.key").write_bytes(serving.key_pem)
+    (certs / "client-ca.crt").write_bytes(client_ca.cert_pem)
+    client = client_ca.issue("kube-apiserver-audit", client=True)
+    audit_port, webhook_port = free_port(), free_port()
+    hook = AuditWebhook(
+        url=f"https://127.0.0.1:{audit_port}/audit-webhook/local",
+        ca_pem=ca.cert_pem,
+        client=client,
+        mode="batch",  # blocking mode would stall the apiserver while no operator listens
+    )
+    cp = ControlPlane(
+        audit=hook, workdir=tmp_path_factory.mktemp("attribution-cp"), keep_workdir=True
+    )
+    cp.start()
+    try:
+        cp.apply(render_crds())
+        for plural in ("gitproviders", "gittargets", "watchrules", "commitrequests"):
+            cp.kubectl(
+                "wait", "--for=condition=Established", f"crd/{plural}.kubescribe.io",
+                "--timeout=30s",
+            )  # fmt: skip
+        cp.register_validating_webhook(
+            "kubescribe-commitrequests",
+            f"https://127.0.0.1:{webhook_port}/validate-commitrequests",
+            ca.cert_pem,
+            [
+                {
+                    "apiGroups": ["kubescribe.io"],
+                    "apiVersions": ["*"],
+                    "operations": ["CREATE"],
+                    "resources": ["commitrequests"],
+                }
+            ],
+        )
+        yield Audited(cp, audit_port, webhook_port, certs, ca, client)
+    finally:
+        cp.stop()
+
+
+@pytest.fixture
+def ns(audited: Audited) -> str:
+    name = f"attr-{uuid.uuid4().hex[:8]}"
+    audited.cp.kubectl("create", "namespace", name)
+    return name
+
+
+@pytest.fixture
+def start_operator(audited: Audited, tmp_path: Path) -> Iterator[Callable[..., Operator]]:
+    started: list[Operator] = []
+
+    def start(*extra: str) -> Operator:
+        op = Operator(audited.cp, tmp_path / "operator", *extra).start()
+        started.append(op)
+        wait_for(op.metrics, timeout=30, what="the operator's metrics endpoint")
+        return op
+
+    yield start
+    for op in started:
+        op.stop()
+
+
+def setup(audited: Audited, ns: str, remote: BareRemote, window: str = "0s") -> None:
+    audited.cp.apply(
+        manifest(
+            provider("git", ns, remote.url, push={"commitWindow": window}, attribution=ATTRIBUTED),
+            target("mirror", ns, "git", "mirror"),
+            watch_rule(
+                "rule", ns, "mirror", CM_RULE, {"apiGroups": ["apps"], "resources": ["deployments"]}
+            ),
+        )
+    )
+    wait_ready(audited.cp, ns)
+
+
+def audit_flowing(audited: Audited, op: Operator, ns: str) -> None:
+    """Wait until the apiserver delivers audit batches to this operator (a batch backend may
+    still be backing off from the time no operator listened)."""
+    audited.cp.kubectl("create", "configmap", f"warmup-{uuid.uuid4().hex[:6]}", "-n", "default")
+    wait_for(
+        lambda: metric(op, "kubescribe_audit_requests_total", 'code="200"') > 0,
+        timeout=60,
+        what="an audit batch accepted by the operator",
+    )
+
+
+def authored(remote: BareRemote, n: int) -> list[tuple[str, str, set[str]]]:
+    """(author, email, files) of the newest `n` commits, oldest first."""
+    out = []
+    for commit in reversed(remote.log()[:n]):
+        names = git("show", "--name-only", "--format=", commit["sha"], cwd=remote.path)
+        out.append((commit["author"], commit["author_email"], {f for f in names.splitlines() if f}))
+    return out
+
+
+def test_two_users_in_one_window_become_two_commits_authored_by_each(
+    audited: Audited, ns: str, remote: BareRemote, start_operator: Callable[..., Operator]
+) -> None:
+    op = start_operator(*audited.flags())
+    setup(audited, ns, remote, window="4s")
+    audit_flowing(audited, op, ns)
+    commits = len(remote.log())
+
+    alice_extra = ("example.org/name=Alice Liddell", "example.org/email=alice@example.org")
+    for name in ("a1", "a2"):
+        audited.kubectl_as(
+            "alice", "create", "configmap", name, "-n", ns, "--from-literal=k=v", extra=alice_extra
+        )
+    for name in ("b1", "b2"):
+        audited.kubectl_as("bob", "create", "configmap", name, "-n", ns, "--from-literal=k=v")
+
+    wanted = {cm_path(ns, n) for n in ("a1", "a2", "b1", "b2")}
+    wait_for(lambda: wanted <= set(remote.files()), timeout=60, what="all four files")
+    wait_for(lambda: len(remote.log()) == commits + 2, timeout=30, what="two commits")
+    assert authored(remote, 2) == [
+        ("Alice Liddell", "alice@example.org", {cm_path(ns, "a1"), cm_path(ns, "a2")}),
+        ("bob", "bob@users.kubescribe.invalid", {cm_path(ns, "b1"), cm_path(ns, "b2")}),
+    ]
+    assert remote.log()[0]["committer"] == "kubescribe"
+    assert metric(op, "kubescribe_attribution_total", 'outcome="exact"') >= 4
+
+
+def test_service_account_and_scale_authors_with_redis(
+    audited: Audited,
+    ns: str,
+    remote: BareRemote,
+    start_operator: Callable[..., Operator],
+    redis_server: RedisServer,
+) -> None:
+    op = start_operator(*audited.flags(), f"--redis-url={redis_server.url}")
+    setup(audited, ns, remote)
+    audit_flowing(audited, op, ns)
+
+    robot = f"system:serviceaccount:{ns}:deployer"
+    audited.kubectl_as(robot, "create", "configmap", "by-robot", "-n", ns, "--from-literal=k=v")
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]},
+            },
+        },
+    }
+    audited.cp.kubectl("create", "-f", "-", input=json.dumps(deployment))
+    web = f"mirror/{ns}/apps/deployments/web.yaml"
+    wait_for(lambda: web in remote.files(), timeout=60, what="the deployment file")
+    audited.kubectl_as("carol", "scale", "deployment", "web", "-n", ns, "--replicas=3")
+    wait_for(lambda: "replicas: 3" in remote.read(web), timeout=60, what="the scaled replicas")
+
+    log = remote.log()
+    by_file = {files.pop(): (a, e) for a, e, files in authored(remote, 3)}
+    assert by_file[cm_path(ns, "by-robot")] == (
+        robot,
+        f"deployer@{ns}.serviceaccount.kubescribe.invalid",
+    )
+    assert by_file[web] == ("carol", "carol@users.kubescribe.invalid")
+    assert log[0]["message"].startswith("UPDATE Deployment")
+    assert metric(op, "kubescribe_fact_store_errors_total", 'op="add"') == 0
+
+
+def test_deletecollection_and_finalizer_held_delete_are_authored_by_who_asked(
+    audited: Audited, ns: str, remote: BareRemote, start_operator: Callable[..., Operator]
+) -> None:
+    cp = audited.cp
+    op = start_operator(*audited.flags())
+    setup(audited, ns, remote)
+    audit_flowing(audited, op, ns)
+    held = configmap("held", ns, {"k": "v"})
+    held["metadata"]["finalizers"] = ["example.org/hold"]
+    cp.apply(manifest(*(configmap(f"bulk-{i}", ns, {"i": str(i)}) for i in range(3)), held))
+    every = {cm_path(ns, f"bulk-{i}") for i in range(3)} | {cm_path(ns, "held")}
+    wait_for(lambda: every <= set(remote.files()), timeout=60, what="the files")
+
+    # A finalizer-held delete: asked by alice, completed when the admin removes the finalizer.
+    audited.kubectl_as("alice", "delete", "configmap", "held", "-n", ns, "--wait=false")
+    cp.kubectl(
+        "patch", "configmap", "held", "-n", ns, "--type=json",
+        "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]',
+    )  # fmt: skip
+    wait_for(lambda: cm_path(ns, "held") not in remote.files(), timeout=60, what="held removed")
+    [(author, email, files)] = authored(remote, 1)
+    assert (author, email, files) == (
+        "alice",
+        "alice@users.kubescribe.invalid",
+        {cm_path(ns, "held")},
+    )
+
+    before = len(remote.log())
+    audited.kubectl_as("alice", "delete", "--raw", f"/api/v1/namespaces/{ns}/configmaps")
+    wait_for(
+        lambda: not any(f.startswith(f"mirror/{ns}/") for f in remote.files()),
+        timeout=60,
+        what="every file removed",
+    )
+    removals = authored(remote, len(remote.log()) - before)
+    assert removals
+    assert {(a, e) for a, e, _ in removals} == {("alice", "alice@users.kubescribe.invalid")}
+    assert set().union(*(files for _, _, files in removals)) == every - {cm_path(ns, "held")}
+    assert metric(op, "kubescribe_attribution_total", 'outcome="delete"') >= 1
+    assert metric(op, "kubescribe_attribution_total", 'outcome="collection"') >= 3
+
+
+def test_commit_request_by_carol_is_authored_by_carol(
+    audited: Audited, ns: str, remote: BareRemote, start_operator: Callable[..., Operator]
+) -> None:
+    cp = audited.cp
+    op = start_operator(*audited.flags())
+    setup(audited, ns, remote, window="10m")
+    audit_flowing(audited, op, ns)
+    tip = remote.tip()
+    for i in range(2):
+        audited.kubectl_as("carol", "create", "configmap", f"c{i}", "-n", ns, "--from-literal=k=v")
+    request = commit_request(ns, "mirror", "Carol's release", name="release")
+    cp.kubectl("create", "-f", "-", "--as", "carol", *MASTERS, input=json.dumps(request))
+
+    def pushed() -> dict[str, Any] | None:
+        obj = cp.get_json("commitrequest", "release", "-n", ns)
+        status = obj.get("status") or {}
+        return obj if status.get("sha") else None
+
+    obj = wait_for(pushed, timeout=60, what="the CommitRequest to push")
+    assert obj["status"]["sha"] == remote.tip() != tip
+    assert obj["status"]["author"] == "carol <carol@users.kubescribe.invalid>"
+    [(author, email, files)] = authored(remote, 1)
+    assert (author, email) == ("carol", "carol@users.kubescribe.invalid")
+    assert files == {cm_path(ns, "c0"), cm_path(ns, "c1")}
+    assert remote.log()[0]["message"].startswith("Carol's release")
+
+
+def test_with_the_audit_stream_cut_off_commits_land_as_unresolved(
+    audited: Audited, ns: str, remote: BareRemote, start_operator: Callable[..., Operator]
+) -> None:
+    # The apiserver posts to route `local`; this operator only knows `elsewhere`: every batch
+    # is refused with 404 and no fact ever arrives.
+    op = start_operator(*audited.flags(route="elsewhere", grace="2"))
+    setup(audited, ns, remote)
+    audited.kubectl_as("alice", "create", "configmap", "lost", "-n", ns, "--from-literal=k=v")
+    wait_for(lambda: cm_path(ns, "lost") in remote.files(), timeout=60, what="the file")
+    [(author, email, _)] = authored(remote, 1)
+    assert (author, email) == (UNRESOLVED.name, UNRESOLVED.email)
+    wait_for(
+        lambda: metric(op, "kubescribe_audit_requests_total", 'code="404"') > 0,
+        timeout=30,
+        what="refused audit batches",
+    )
+    assert metric(op, "kubescribe_attribution_total", 'outcome="unresolved"') >= 1
+
+
+def _post(audited: Audited, body: bytes, content_type: str = "application/json") -> int:
+    ctx = ssl.create_default_context(cadata=audited.ca.cert_pem.decode())
+    cert, key = audited.certs / "client.crt", audited.certs / "client.key"
+    cert.write_bytes(audited.client.cert_pem)
+    key.write_bytes(audited.client.key_pem)
+    ctx.load_cert_chain(cert, key)
+    req = urllib.request.Request(
+        f"https://127.0.0.1:{audited.audit_port}/audit-webhook/local",
+        data=body,
+        headers={"Content-Type": content_type},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_hostile_audit_input_never_stops_mirroring_or_attribution(
+    audited: Audited, ns: str, remote: BareRemote, start_operator: Callable[..., Operator]
+) -> None:
+    # A cap well above the apiserver's real batches here (a cap below them costs their facts).
+    op = start_operator(*audited.flags(), "--audit-max-body=2097152")
+    setup(audited, ns, remote)
+    audit_flowing(audited, op, ns)
+    junk_event = {"stage": "ResponseComplete", "verb": "create", "user": {"username": "x"}}
+    assert _post(audited, b"x" * 2_200_000) == 413
+    assert _post(audited, b"{not json") == 400
+    assert _post(audited, b'{"kind": "Pod"}') == 400
+    assert _post(audited, b"{}", content_type="text/plain") == 415
+    assert _post(audited, json.dumps({"kind": "EventList", "items": [junk_event]}).encode()) == 200
+    assert op.proc is not None
+    assert op.proc.poll() is None
+
+    audited.kubectl_as("alice", "create", "configmap", "after", "-n", ns, "--from-literal=k=v")
+    wait_for(lambda: cm_path(ns, "after") in remote.files(), timeout=60, what="the file")
+    [(author, _, _)] = authored(remote, 1)
+    assert author == "alice"
+    assert metric(op, "kubescribe_audit_events_total", 'outcome="skipped_no_object"') >= 1
