@@ -349,6 +349,8 @@ class EncryptionResolver:
             return self._failed(target, err.reason, err.message)
         recipients += [age.recipient_of(i) for i in identities]
         recipients = list(dict.fromkeys(recipients))
+        if not recipients:  # the CRD's CEL rules prevent this; never write without any
+            return self._failed(target, ENCRYPTION_MISSING, "spec.encryption names no recipient")
         renderer = SopsRenderer(
             recipients=recipients,
             identities=identities,
@@ -449,19 +451,12 @@ def _sensitive_streams(plan: Plan, key: TargetKey, rules: Rules) -> list[str]:
 
 
 def _unconfigured(target: TargetPlan, plan: Plan) -> Resolution:
-    message = "spec.encryption is not set: sensitive documents (Secrets) are not written to Git"
+    message = "spec.encryption is not set: Secrets are not written to Git"
     renderer = SopsRenderer(refusal=(ENCRYPTION_MISSING, message), layout=target.layout)
-    watched = sorted(
-        {s.rtype.resource for s in plan.streams_of(target.key)}
-        & {resource for _, resource in DEFAULT_RULES}
-    )
     cond = None
     if _sensitive_streams(plan, target.key, DEFAULT_RULES):
         cond = Cond(
-            c.ENCRYPTION_CONFIGURED,
-            "False",
-            ENCRYPTION_MISSING,
-            f"Watching {', '.join(watched)} but {message}",
+            c.ENCRYPTION_CONFIGURED, "False", ENCRYPTION_MISSING, f"Watching Secrets but {message}"
         )
     return Resolution(renderer, cond, False)
 
