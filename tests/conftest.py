@@ -9,10 +9,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote
 from kubescribe.devenv.redis import RedisServer
+
+# Shared 2-core machines run control planes beside the property tests: time limits per example
+# would make them flaky without making them stronger.
+settings.register_profile("kubescribe", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("kubescribe")
 
 
 @pytest.fixture(scope="session")
