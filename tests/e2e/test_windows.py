@@ -69,7 +69,11 @@ def test_a_burst_within_the_window_is_one_commit_and_one_push(
     assert log[0]["message"] == "5 changes: 5 created (ConfigMap)\n\n" + "\n".join(
         f"CREATE ConfigMap {ns}/burst-{i}" for i in range(5)
     )
-    assert metric(op, "kubescribe_pushes_total", 'result="ok"') == pushes + 1
+    # The metric counts right after the push returns, a moment after the files are visible.
+    ok = wait_for(
+        lambda: metric(op, "kubescribe_pushes_total", 'result="ok"') - pushes, what="the push"
+    )
+    assert ok == 1
     assert metric(op, "kubescribe_windows_closed_total", 'reason="silence"') == silence + 1
 
     cp.kubectl("create", "configmap", "after", "-n", ns, "--from-literal=a=1")
