@@ -173,6 +173,19 @@ def test_valid_objects_are_accepted_with_defaults(cp: ControlPlane, namespace: s
             "CommitRequest",
             {"targetRef": {"name": "site"}, "message": "Line one\n\nBody", "collectDelay": "2s"},
         ),
+        (
+            "GitProvider",
+            PROVIDER
+            | {
+                "secretRef": {"name": "creds"},
+                "knownHostsRef": {"kind": "ConfigMap", "name": "ssh-hosts", "key": "known_hosts"},
+                "signing": {
+                    "secretRef": {"name": "signer"},
+                    "key": "id_ed25519",
+                    "generateWhenMissing": True,
+                },
+            },
+        ),
     ],
     ids=[
         "nested-path-and-branch",
@@ -184,6 +197,7 @@ def test_valid_objects_are_accepted_with_defaults(cp: ControlPlane, namespace: s
         "window-millis",
         "attributed",
         "commit-request",
+        "known-hosts-and-signing",
     ],
 )
 def test_edge_cases_are_accepted(
@@ -269,6 +283,22 @@ def test_edge_cases_are_accepted(
             "CommitRequest",
             {"targetRef": {"name": "t"}, "message": "m", "collectDelay": "11m"},
             "spec.collectDelay",
+        ),
+        (
+            "GitProvider",
+            PROVIDER | {"knownHostsRef": {"kind": "Pod", "name": "x"}},
+            "spec.knownHostsRef.kind",
+        ),
+        (
+            "GitProvider",
+            PROVIDER | {"knownHostsRef": {"kind": "Secret", "name": "x", "key": "a/b"}},
+            "spec.knownHostsRef.key",
+        ),
+        ("GitProvider", PROVIDER | {"signing": {"key": "k"}}, "spec.signing.secretRef"),
+        (
+            "GitProvider",
+            PROVIDER | {"signing": {"secretRef": {"name": "Not_A_Name"}}},
+            "spec.signing.secretRef.name",
         ),
     ],
 )

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -31,6 +30,7 @@ from kubescribe.git.worker import (
 from kubescribe.mirror.changes import Change, Cursor, Operation, PruneMode, TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.layout import Layout
+from tests.gitsig import allowed_signers, git_verify_commit, ssh_keygen_verify
 
 CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True)
 TARGET = TargetKey("team", "mirror")
@@ -97,63 +97,6 @@ async def harnesses() -> AsyncIterator[list[Harness]]:
         await h.worker.stop(timeout=5)
 
 
-def _verify_commit(repo: Path, sha: str, signers: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            "git",
-            "-c",
-            "gpg.format=ssh",
-            "-c",
-            f"gpg.ssh.allowedSignersFile={signers}",
-            "verify-commit",
-            sha,
-        ],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-
-
-def _ssh_keygen_verify(repo: Path, sha: str, key: SigningKey, tmp: Path) -> str:
-    """Split the commit into payload and signature and verify with `ssh-keygen -Y verify`."""
-    raw = git("cat-file", "commit", sha, cwd=repo)
-    header, _, body = raw.partition("\n\n")
-    payload, signature, in_sig = [], [], False
-    for line in header.split("\n"):
-        if line.startswith("gpgsig "):
-            in_sig = True
-            signature.append(line.removeprefix("gpgsig "))
-        elif in_sig and line.startswith(" "):
-            signature.append(line[1:])
-        else:
-            in_sig = False
-            payload.append(line)
-    (tmp / "payload").write_text("\n".join(payload) + "\n\n" + body)
-    (tmp / "payload.sig").write_text("\n".join(signature) + "\n")
-    (tmp / "signers").write_text(key.allowed_signers_line("kubescribe@example.invalid") + "\n")
-    done = subprocess.run(
-        [
-            "ssh-keygen",
-            "-Y",
-            "verify",
-            "-f",
-            str(tmp / "signers"),
-            "-I",
-            "kubescribe@example.invalid",
-            "-n",
-            "git",
-            "-s",
-            str(tmp / "payload.sig"),
-        ],
-        input=(tmp / "payload").read_bytes(),
-        capture_output=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr.decode()
-    return done.stdout.decode()
-
-
 async def test_every_worker_commit_is_signed_and_verifies(
     remote: BareRemote, tmp_path: Path, harnesses: list[Harness]
 ) -> None:
@@ -167,16 +110,12 @@ async def test_every_worker_commit_is_signed_and_verifies(
         h.worker.submit(upsert(name))
     await until(lambda: path_of("c") in remote.files(), "three files")
 
-    signers = tmp_path / "allowed_signers"
-    signers.write_text(key.allowed_signers_line("kubescribe@example.invalid") + "\n")
+    signers = allowed_signers(tmp_path / "allowed_signers", key.public_key_line)
     made = git("rev-list", f"{seed}..main", cwd=remote.path).split()
     assert len(made) == 3
     for sha in made:
-        done = _verify_commit(remote.path, sha, signers)
-        assert done.returncode == 0, done.stderr
-        assert 'Good "git" signature' in done.stderr
-        assert key.fingerprint in done.stderr
-        assert "Good" in _ssh_keygen_verify(remote.path, sha, key, tmp_path)
+        assert key.fingerprint in git_verify_commit(remote.path, sha, signers)
+        assert "Good" in ssh_keygen_verify(remote.path, sha, signers, tmp_path / "sigs")
 
 
 async def test_missing_signer_commits_nothing_and_says_why(
@@ -200,9 +139,8 @@ async def test_missing_signer_commits_nothing_and_says_why(
     h.worker.set_signer(key)
     h.worker.retry_now()
     await until(lambda: path_of("a") in remote.files(), "the file once the key is there")
-    signers = tmp_path / "allowed_signers"
-    signers.write_text(key.allowed_signers_line("kubescribe@example.invalid") + "\n")
-    assert _verify_commit(remote.path, "main", signers).returncode == 0
+    signers = allowed_signers(tmp_path / "allowed_signers", key.public_key_line)
+    git_verify_commit(remote.path, "main", signers)
 
 
 # --- SSH -----------------------------------------------------------------------------------

@@ -38,6 +38,18 @@ INVALID_KEY: Final = "InvalidKey"
 INVALID_SENSITIVE_TYPE: Final = "InvalidSensitiveType"
 REMOTE_UNREACHABLE: Final = "RemoteUnreachable"
 PUSH_REJECTED: Final = "PushRejected"
+# Git transport and GitProvider reasons (values of `git.credentials.GitFailure` and friends).
+AUTHENTICATION_FAILED: Final = "AuthenticationFailed"
+HOST_KEY_UNKNOWN: Final = "HostKeyUnknown"
+HOST_KEY_MISMATCH: Final = "HostKeyMismatch"
+CERTIFICATE_UNTRUSTED: Final = "CertificateUntrusted"
+REPOSITORY_NOT_FOUND: Final = "RepositoryNotFound"
+PERMISSION_DENIED: Final = "PermissionDenied"
+URL_REFUSED: Final = "UrlRefused"
+INVALID_CREDENTIALS: Final = "InvalidCredentials"
+KNOWN_HOSTS_NOT_FOUND: Final = "KnownHostsNotFound"
+SIGNING_KEY_MISSING: Final = "SigningKeyMissing"
+SIGNING_KEY_INVALID: Final = "SigningKeyInvalid"
 
 STALLED_REASONS: Final = frozenset(
     {
@@ -50,6 +62,17 @@ STALLED_REASONS: Final = frozenset(
         ENCRYPTION_MISSING,
         INVALID_KEY,
         INVALID_SENSITIVE_TYPE,
+        AUTHENTICATION_FAILED,
+        HOST_KEY_UNKNOWN,
+        HOST_KEY_MISMATCH,
+        CERTIFICATE_UNTRUSTED,
+        REPOSITORY_NOT_FOUND,
+        PERMISSION_DENIED,
+        URL_REFUSED,
+        INVALID_CREDENTIALS,
+        KNOWN_HOSTS_NOT_FOUND,
+        SIGNING_KEY_MISSING,
+        SIGNING_KEY_INVALID,
     }
 )
 """Reasons that need a change by a user: a False condition with one makes the object Stalled."""

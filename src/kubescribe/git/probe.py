@@ -40,7 +40,6 @@ PROBE_FAILED = "ProbeFailed"
 # A server that names the credential as the problem has answered: that is a refusal. Any
 # other failure (no route, a timeout, a broken transfer) says nothing about permissions.
 REFUSALS = frozenset({GitFailure.PERMISSION_DENIED, GitFailure.AUTHENTICATION_FAILED})
-CONNECT_TIMEOUT_MS = 30_000
 
 _SCRATCH_LOCK = threading.Lock()
 _FETCH: int = C.GIT_DIRECTION_FETCH
@@ -64,10 +63,12 @@ class RemoteProbe:
 
 def use_home(home: Path) -> None:
     """Point libgit2's home (its `~/.ssh/known_hosts` hint file, global config) at an
-    operator-owned directory, and bound how long a connect may take. Process-wide: call once."""
+    operator-owned directory. Process-wide: call once.
+
+    libgit2's `server_connect_timeout` is left alone: in libgit2 1.9.7 it leaves the socket
+    non-blocking and every HTTPS transfer fails in OpenSSL with EAGAIN."""
     home.mkdir(parents=True, exist_ok=True)
     pygit2.settings.homedir = str(home)
-    pygit2.settings.server_connect_timeout = CONNECT_TIMEOUT_MS
 
 
 def resolve_host(host: str) -> list[str]:
