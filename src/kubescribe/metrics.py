@@ -33,7 +33,7 @@ COMMITS = Counter(
 )
 PUSHES = Counter(
     "kubescribe_pushes_total",
-    "Push attempts, by result (ok, rejected, failed).",
+    "Push attempts, by result (ok, rejected, denied, failed).",
     ["result"],
     registry=REGISTRY,
 )
@@ -62,6 +62,18 @@ RETAINED = Gauge(
     "kubescribe_target_retained_documents",
     "Documents kept by the prune mode although gone from the cluster.",
     ["target"],
+    registry=REGISTRY,
+)
+PROBES = Counter(
+    "kubescribe_remote_probes_total",
+    "GitProvider remote probes, by probe (read, write) and result (a condition reason).",
+    ["probe", "result"],
+    registry=REGISTRY,
+)
+PROVIDERS_BLOCKED = Gauge(
+    "kubescribe_providers_blocked",
+    "GitProviders whose GitTargets wait, by reason (no credentials, no signing key, ...).",
+    ["reason"],
     registry=REGISTRY,
 )
 

@@ -314,6 +314,33 @@ def test_wrong_credentials_are_authentication_failed_until_the_secret_is_fixed(
     wait_condition(cp, "gittarget", "mirror", ns, "Ready", "True")
 
 
+def test_server_with_several_host_key_types_and_only_its_ed25519_key_listed(
+    crds: ControlPlane,
+    namespace: str,
+    operator: Callable[..., Operator],
+    tmp_path: Path,
+) -> None:
+    """Like GitHub: the server has ECDSA, RSA and ed25519 host keys; known_hosts lists only the
+    ed25519 one. libssh2 would ask for ECDSA first and fail closed; the operator's host-key
+    preference file (libgit2's home) makes it ask for the listed type."""
+    if sshd_binary() is None:
+        pytest.skip("sshd is not installed (Debian package openssh-server)")
+    cp, ns = crds, namespace
+    private, public = keypair()
+    with SshGitServer(tmp_path / "sshd", host_key_types=("ecdsa", "rsa", "ed25519")) as server:
+        server.authorize(public)
+        repo = server.create_repo("multi")
+        ed25519_line = next(line for line in server.host_key_lines if "ssh-ed25519" in line)
+        operator()
+        cp.apply(manifest(ssh_secret("git-creds", ns, private, ed25519_line)))
+        cp.apply(
+            mirror_of("git", ns, server.url_for(repo.path.name), secretRef={"name": "git-creds"})
+        )
+        cp.kubectl("create", "configmap", "multi", "-n", ns, "--from-literal=a=1")
+        wait_for(lambda: cm_path(ns, "multi") in repo.files(), timeout=60, what="file over SSH")
+        wait_condition(cp, "gitprovider", "git", ns, "Ready", "True")
+
+
 def test_unknown_and_mismatching_ssh_host_keys_are_refused(
     crds: ControlPlane,
     namespace: str,

@@ -34,6 +34,7 @@ import binascii
 import dataclasses
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from typing import Any, Literal
 import pygit2
 import structlog
 
+from kubescribe import metrics
 from kubescribe.api import conditions as c
 from kubescribe.api.models import GitProviderSpec, SigningSpec
 from kubescribe.controller.desired import ObjKey, Plan, Problem, ProviderPlan
@@ -195,6 +197,7 @@ class Providers:
         self._scratch = cache_dir / "probe"
         use_home(self._home)
         self._known_hosts: tuple[str, ...] | None = None
+        self._blocked_reasons: set[str] = set()
         self._states: dict[ObjKey, _State] = {}
         self._slots: dict[tuple[str, str], _Slot] = {}
         self._executor = ThreadPoolExecutor(4, thread_name_prefix="kubescribe-probe")
@@ -244,6 +247,14 @@ class Providers:
                     ),
                 )
         plan.streams = {k: s for k, s in plan.streams.items() if plan.targets[s.target].writable}
+        blocked = Counter(
+            problem.reason
+            for key in plan.providers
+            if (problem := self.blocking_problem(key)) is not None
+        )
+        for reason in {*blocked, *self._blocked_reasons}:
+            metrics.PROVIDERS_BLOCKED.labels(reason).set(blocked.get(reason, 0))
+        self._blocked_reasons = set(blocked)
 
     def blocking_problem(self, key: ObjKey) -> Problem | None:
         state = self._states.get(key)
@@ -262,9 +273,9 @@ class Providers:
 
     # -- branch workers ----------------------------------------------------------------------
     def callbacks(self, worker_key: tuple[str, str], url: str) -> Any:
-        """The callbacks factory for a new branch worker (follows `assign`)."""
-        slot = self._slots.setdefault(worker_key, _Slot(url))
-        slot.url = url
+        """The callbacks factory for a new branch worker (follows `assign`, which must be
+        called before the worker starts: a fresh slot has no credentials and no signer)."""
+        slot = self._slots[worker_key] = _Slot(url)
         return slot.callbacks
 
     def assign(
@@ -417,6 +428,8 @@ class Providers:
             state.probed_at = time.monotonic()
         if self._states.get(state.key) is not state or state.epoch != epoch:
             return
+        metrics.PROBES.labels("read", result.read.reason).inc()
+        metrics.PROBES.labels("write", result.write.reason).inc()
         state.readable = result.read
         probe = Evidence(
             result.write.status, result.write.reason, result.write.message, "probe", time.time()
