@@ -641,7 +641,7 @@ def test_foreign_pushes_during_a_stream_of_changes_are_all_kept(
             except RuntimeError:  # the operator pushed first: the next try starts from its tip
                 foreign_rejected += 1
                 continue
-            stop.wait(0.2)  # a busy bot, not a tight loop: the operator gets turns too
+            stop.wait(0.5)  # a busy bot, not a tight loop: the operator gets turns too
 
     started = time.monotonic()
     pusher = threading.Thread(target=push_foreign)
