@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.git.repo import cache_path
+from kubescribe.git.repo import GitRepository, PushRejected, cache_path
 from kubescribe.git.tree import edit_tree
 from kubescribe.git.worker import (
     BranchWorker,
@@ -569,3 +569,23 @@ async def test_stop_during_an_outage_gives_up_in_time(
     # One attempt right away, then the usual backoff: no busy loop until the deadline.
     assert sum(not r.ok for r in h.reports) <= 4
     assert not h.acks[1:]  # "b" was never acknowledged
+
+
+def test_local_push_never_overwrites_a_foreign_commit(tmp_path: Path, remote: BareRemote) -> None:
+    """file:// pushes compare and swap: a branch that moved since our base is not overwritten."""
+    repo = GitRepository(remote.url, tmp_path / "cache")
+    base = repo.fetch("main")
+    assert base is not None
+    sig = pygit2.Signature("k", "k@example.invalid")
+    tree = repo.repo[base].peel(pygit2.Tree).id
+    ours = repo.repo.create_commit(None, sig, sig, "ours", tree, [base])
+    foreign = remote.commit_foreign("README.md", "by hand\n", "foreign")
+    with pytest.raises(PushRejected):
+        repo.push("main", ours, base)
+    assert remote.tip() == foreign
+    new_base = repo.fetch("main")
+    assert new_base is not None
+    again = repo.repo.create_commit(None, sig, sig, "ours again", tree, [new_base])
+    repo.push("main", again, new_base)
+    assert [c["sha"] for c in remote.log()[:2]] == [str(again), foreign]
+    assert "kubescribe" not in git("for-each-ref", cwd=remote.path)

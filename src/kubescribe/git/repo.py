@@ -7,6 +7,7 @@ killed process can never be mistaken for pushed state.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import re
@@ -15,7 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import pygit2
 from pygit2.enums import FetchPrune
@@ -245,10 +246,15 @@ class GitRepository:
         assert isinstance(tip, pygit2.Oid)
         return tip
 
-    def push(self, branch: str, new_tip: pygit2.Oid) -> None:
-        """Fast-forward the remote `branch` to `new_tip` (created if missing); never forced."""
+    def push(self, branch: str, new_tip: pygit2.Oid, expected: pygit2.Oid | None = None) -> None:
+        """Fast-forward the remote `branch` from `expected` to `new_tip` (created if missing);
+        never forced."""
         source = _ref_name("refs/kubescribe/push/", branch)
         self.repo.references.create(source, new_tip, force=True)
+        local = _local_path(self.url)
+        if local is not None:
+            self._push_local(local, source, branch, new_tip, expected)
+            return
         callbacks = self._callbacks()
         refused: list[str] = []
         said: list[str] = []
@@ -281,12 +287,50 @@ class GitRepository:
                 raise PushDenied(f"push denied: {message}")
             raise PushRejected(f"push rejected: {message}")
 
+    def _push_local(
+        self, path: Path, source: str, branch: str, new_tip: pygit2.Oid, expected: pygit2.Oid | None
+    ) -> None:
+        """libgit2's local transport moves the target ref without compare-and-swap, so a
+        foreign push landing meanwhile could be overwritten. Send the objects to a scratch ref,
+        then move the branch under the ref lock only if it still points at `expected`."""
+        scratch = f"refs/kubescribe/incoming/{new_tip}"
+        try:
+            self._remote.push([f"+{source}:{scratch}"], callbacks=self._callbacks())
+            remote = pygit2.Repository(str(path))
+        except (pygit2.GitError, OSError) as exc:
+            raise RemoteUnavailable(f"push failed: {redact(str(exc), self.url)}") from None
+        name = _ref_name("refs/heads/", branch)
+        try:
+            current = remote.references.get(name)
+            if current is None:
+                if expected is not None:
+                    raise PushRejected(f"push rejected: {branch} was deleted on the remote")
+                remote.references.create(name, new_tip)  # fails if it appeared meanwhile
+            elif current.target != expected:
+                raise PushRejected(f"push rejected: {branch} moved on the remote")
+            else:
+                current.set_target(new_tip)  # matches the value read, under the ref lock
+        except pygit2.GitError as exc:
+            raise PushRejected(f"push rejected: {redact(str(exc), self.url)}") from None
+        finally:
+            with contextlib.suppress(pygit2.GitError, KeyError):
+                remote.references.delete(scratch)
+
     def _classify(
         self, exc: BaseException, callbacks: pygit2.RemoteCallbacks
     ) -> tuple[GitFailure, str]:
         creds = callbacks.creds if isinstance(callbacks, GitCallbacks) else None
         reason, message = classify_git_error(exc, creds)
         return reason, redact(message, self.url)
+
+
+def _local_path(url: str) -> Path | None:
+    """The folder of a file:// or plain-path remote; None for network remotes."""
+    if url.startswith("file://"):
+        return Path(unquote(urlsplit(url).path))
+    if url.startswith("/"):
+        return Path(url)
+    return None
 
 
 def _open_or_init(path: Path) -> CacheRepository:

@@ -697,7 +697,7 @@ class _Writer:
                 return build.outcome(pushed=False)
             assert build.head is not None
             try:
-                self.open().push(self.branch, build.head)
+                self.open().push(self.branch, build.head, base)
             except PushRejected:
                 metrics.PUSHES.labels("rejected").inc()
                 if attempt == self.max_rebuilds:
