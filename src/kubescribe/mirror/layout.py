@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import posixpath
-import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kubescribe.mirror.identity import CLUSTER_SCOPE, CORE_GROUP, Identity, ResourceType
+from kubescribe.mirror.messages import field_problem
 
 DEFAULT_TEMPLATE = "{namespace}/{group}/{resource}/{name}.yaml"
 TEMPLATE_FIELDS = frozenset({"namespace", "group", "version", "kind", "resource", "name"})
@@ -20,20 +20,9 @@ class LayoutError(ValueError):
 
 def validate_template(template: str) -> None:
     """Reject templates with unknown fields, format specs, absolute paths or `..`."""
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError as exc:
-        raise LayoutError(f"template {template!r}: {exc}") from None
-    for _, name, spec, conversion in parsed:
-        if name is None:
-            continue
-        if name not in TEMPLATE_FIELDS:
-            allowed = ", ".join(sorted(TEMPLATE_FIELDS))
-            raise LayoutError(
-                f"template {template!r}: unknown field {{{name}}} (allowed: {allowed})"
-            )
-        if spec or conversion:
-            raise LayoutError(f"template {template!r}: format specs are not allowed")
+    problem = field_problem(template, TEMPLATE_FIELDS)
+    if problem is not None:
+        raise LayoutError(problem)
     if not template.endswith(".yaml"):
         raise LayoutError(f"template {template!r} must end with .yaml")
     if template.startswith("/") or ".." in template.split("/"):

@@ -36,21 +36,29 @@ class TemplateError(ValueError):
     """A message template uses an unknown field or is malformed."""
 
 
-def validate(template: str, fields: frozenset[str]) -> None:
-    if not template.strip():
-        raise TemplateError("message template must not be empty")
+def field_problem(template: str, fields: frozenset[str]) -> str | None:
+    """Why `template` (str.format syntax) cannot be rendered with `fields`, or None."""
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as exc:
-        raise TemplateError(f"message template {template!r}: {exc}") from None
+        return f"template {template!r}: {exc}"
     for _, name, spec, conversion in parsed:
         if name is None:
             continue
         if name not in fields:
             allowed = ", ".join(sorted(fields))
-            raise TemplateError(f"unknown field {{{name}}} in {template!r} (allowed: {allowed})")
+            return f"unknown field {{{name}}} in {template!r} (allowed: {allowed})"
         if spec or conversion:
-            raise TemplateError(f"format specs are not allowed in {template!r}")
+            return f"format specs are not allowed in {template!r}"
+    return None
+
+
+def validate(template: str, fields: frozenset[str]) -> None:
+    if not template.strip():
+        raise TemplateError("message template must not be empty")
+    problem = field_problem(template, fields)
+    if problem is not None:
+        raise TemplateError(problem)
 
 
 def render(template: str, values: Mapping[str, object]) -> str:
