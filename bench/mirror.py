@@ -13,7 +13,6 @@ import hashlib
 import json
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,8 +22,9 @@ from typing import Any
 import click
 
 from kubescribe.api.crds import render_crds
-from kubescribe.devenv.controlplane import ControlPlane, free_port
+from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote
+from kubescribe.devenv.operator import OperatorProcess
 from kubescribe.kube.client import KubeClient
 from kubescribe.mirror.sanitize import sanitize
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
@@ -103,7 +103,7 @@ class Setup:
         self.cp.apply(render_crds())
         self.cp.kubectl("wait", "--for=condition=Established", "crd/gittargets.kubescribe.io")
         self.cp.kubectl("create", "namespace", NS)
-        self.operator: subprocess.Popen[bytes] | None = None
+        self.operator: OperatorProcess | None = None
 
     def mirror_objects(self) -> None:
         api = "kubescribe.io/v1alpha1"
@@ -145,38 +145,17 @@ class Setup:
 
     def start_operator(self) -> float:
         started = time.monotonic()
-        self.operator = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "kubescribe",
-                "run",
-                "--kubeconfig",
-                str(self.cp.kubeconfig),
-                "--cache-dir",
-                str(self.workdir / "cache"),
-                "--metrics-addr",
-                f"127.0.0.1:{free_port()}",
-                "--log-level",
-                "warning",
-                "--allow-file-urls",  # the benchmark's remote is a local bare repository
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=(self.workdir / "operator.log").open("wb"),
-        )
+        self.operator = OperatorProcess(self.cp.kubeconfig, self.workdir, "--log-level", "warning")
+        self.operator.start()
         return started
 
     def rss_mb(self) -> float:
         assert self.operator is not None
-        for line in Path(f"/proc/{self.operator.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return round(int(line.split()[1]) / 1024, 1)
-        return 0.0
+        return self.operator.rss_mb()
 
     def close(self) -> None:
         if self.operator is not None:
-            self.operator.terminate()
-            self.operator.wait(timeout=60)
+            self.operator.stop(timeout=60)
         self.cp.stop()
 
 

@@ -5,25 +5,25 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from kubescribe.api.crds import render_crds
-from kubescribe.devenv.controlplane import ControlPlane, free_port
+from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote, git
+from kubescribe.devenv.operator import OperatorProcess
 
 NS = "demo"
 
 
-def _wait(check: object, what: str, timeout: float = 60) -> None:
+def _wait(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
+        if check():
             return
         time.sleep(0.1)
     raise click.ClickException(f"timed out waiting for {what}")
@@ -81,24 +81,7 @@ def main(keep: Path) -> None:
         cp.apply(render_crds())
         for plural in ("gitproviders", "gittargets", "watchrules", "clusterwatchrules"):
             cp.kubectl("wait", "--for=condition=Established", f"crd/{plural}.kubescribe.io")
-        log_file = (keep / "operator.log").open("wb")
-        operator = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "kubescribe",
-                "run",
-                "--kubeconfig",
-                str(cp.kubeconfig),
-                "--cache-dir",
-                str(keep / "cache"),
-                "--metrics-addr",
-                f"127.0.0.1:{free_port()}",
-                "--allow-file-urls",  # the demo's remote is a local bare repository
-            ],
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )
+        operator = OperatorProcess(cp.kubeconfig, keep).start()
         try:
             cp.apply(_objects(remote.url))
             click.echo(
@@ -139,11 +122,9 @@ def main(keep: Path) -> None:
             click.echo(remote.read(path))
             status = cp.kubectl("get", "gittargets,gitproviders,watchrules", "-n", NS).stdout
             click.echo(f"$ kubectl get gittargets,gitproviders,watchrules -n {NS}\n{status}")
-            click.echo(f"The remote stays at {remote.url} ; operator log: {keep / 'operator.log'}")
+            click.echo(f"The remote stays at {remote.url} ; operator log: {operator.log_path}")
         finally:
-            operator.terminate()
-            operator.wait(timeout=30)
-            log_file.close()
+            operator.stop()
 
 
 if __name__ == "__main__":

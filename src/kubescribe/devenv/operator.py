@@ -1,0 +1,85 @@
+"""`kubescribe run` as a child process, for the demo, the benchmarks and end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from kubescribe.devenv.controlplane import free_port
+
+
+class OperatorProcess:
+    """The operator with its JSON logs in `log_path` and metrics on a free loopback port.
+
+    `allow_file_urls` is on by default: the local bare remotes used here are paths, which a real
+    deployment refuses.
+    """
+
+    def __init__(
+        self, kubeconfig: Path, workdir: Path, *extra: str, allow_file_urls: bool = True
+    ) -> None:
+        self.kubeconfig = kubeconfig
+        self.workdir = workdir
+        self.extra = (*extra, "--allow-file-urls") if allow_file_urls else extra
+        self.metrics_port = free_port()
+        self.log_path = workdir / f"operator-{time.monotonic_ns()}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "kubescribe",
+                    "run",
+                    "--kubeconfig",
+                    str(self.kubeconfig),
+                    "--cache-dir",
+                    str(self.workdir / "cache"),
+                    "--metrics-addr",
+                    f"127.0.0.1:{self.metrics_port}",
+                    *self.extra,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        return self
+
+    def stop(self, timeout: float = 30) -> None:
+        """SIGTERM (the operator flushes its branch workers), SIGKILL after `timeout`."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return str(resp.read().decode())
+
+    def rss_mb(self) -> float:
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+        return 0.0
