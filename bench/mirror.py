@@ -236,6 +236,27 @@ def backfill(setup: Setup, n: int) -> dict[str, Any]:
     }
 
 
+def crash(setup: Setup, n: int) -> dict[str, Any]:
+    """kill -9 in the middle of a backfill; the next start must converge to all N objects."""
+    names = [f"cr-{i:06d}" for i in range(n)]
+    asyncio.run(create_many(setup.cp.kubeconfig, names, "1"))
+    setup.mirror_objects()
+    setup.start_operator()
+    time.sleep(1.5)  # the benchmark's point: die while the snapshot is being built
+    assert setup.operator is not None
+    setup.operator.kill()
+    files_after_kill = len(setup.remote.tree())
+    restarted = setup.start_operator()
+    seen = setup.remote.wait(lambda t: len(t) >= n, 600, every=0.05)
+    return {
+        "workload": f"crash_{n}",
+        "objects": n,
+        "files_after_kill": files_after_kill,
+        "converged_after_restart_s": round(seen - restarted, 2),
+        "files": len(setup.remote.tree()),
+    }
+
+
 def burst(setup: Setup, objects: int, patches: int, writers: int) -> dict[str, Any]:
     setup.mirror_objects()
     setup.start_operator()
@@ -286,8 +307,8 @@ def burst(setup: Setup, objects: int, patches: int, writers: int) -> dict[str, A
 @click.option("--samples", default=20, show_default=True)
 @click.option("--backfill", "sizes", default="1000,10000", show_default=True)
 def main(workloads: tuple[str, ...], samples: int, sizes: str) -> None:
-    """WORKLOADS: any of latency_isolated latency_stream backfill burst (default: all)."""
-    chosen = workloads or ("latency_isolated", "latency_stream", "backfill", "burst")
+    """WORKLOADS: any of latency_isolated latency_stream backfill burst crash (default: all)."""
+    chosen = workloads or ("latency_isolated", "latency_stream", "backfill", "burst", "crash")
     runs: list[tuple[str, Callable[[Setup], dict[str, Any]]]] = []
     if "latency_isolated" in chosen:
         runs.append(("latency_isolated", lambda s: latency(s, samples, 6.0, isolated=True)))
@@ -296,6 +317,8 @@ def main(workloads: tuple[str, ...], samples: int, sizes: str) -> None:
     if "backfill" in chosen:
         for n in (int(x) for x in sizes.split(",") if x):
             runs.append((f"backfill_{n}", lambda s, n=n: backfill(s, n)))
+    if "crash" in chosen:
+        runs.append(("crash", lambda s: crash(s, 10000)))
     if "burst" in chosen:
         runs.append(("burst", lambda s: burst(s, 100, 2000, 16)))
     for _, run in runs:
