@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import structlog
 
 from kubescribe import metrics
@@ -22,7 +23,7 @@ from kubescribe.controller.providers import Providers
 from kubescribe.controller.status import Cond, StatusWriter, kstatus
 from kubescribe.controller.streams import StreamSpec, TargetStream
 from kubescribe.git.worker import BranchWorker, Committer, TargetConfig, WriteReport
-from kubescribe.kube.client import KubeClient
+from kubescribe.kube.client import ApiError, KubeClient
 from kubescribe.kube.discovery import Discovered, discover
 from kubescribe.kube.informer import Informer, ObjectKey
 from kubescribe.mirror.authors import AttributionMode, AuthorResolver, CommitRequestAuthors
@@ -141,7 +142,12 @@ class Manager:
             self._tasks.append(asyncio.create_task(self._requests.run()))
             await asyncio.gather(*(i.synced.wait() for i in own))
             while True:
-                await self._reconcile()
+                try:
+                    await self._reconcile()
+                except (ApiError, aiohttp.ClientError, OSError) as exc:
+                    # The API server hiccuped mid-reconcile: streams and workers keep running;
+                    # the next poke or the 10 s tick reconciles again.
+                    log.warning("reconcile.failed", error=str(exc) or type(exc).__name__)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._poke.wait(), timeout=10)
                 self._poke.clear()
