@@ -88,6 +88,7 @@ def test_backfill_then_one_commit_per_change(
         what="status.lastCommit",
     )
     assert status["documents"] == 2
+    assert status["lastPushTime"].endswith("Z")
 
 
 def test_no_commit_for_status_noop_or_filtered_changes(

@@ -20,7 +20,7 @@ from kubescribe.controller.commitrequests import CommitRequests, TargetAccess
 from kubescribe.controller.desired import Plan, TargetPlan, compile_plan
 from kubescribe.controller.encryption import EncryptionResolver
 from kubescribe.controller.providers import Providers
-from kubescribe.controller.status import Cond, StatusWriter, kstatus
+from kubescribe.controller.status import Cond, StatusWriter, kstatus, rfc3339
 from kubescribe.controller.streams import StreamSpec, TargetStream
 from kubescribe.git.worker import BranchWorker, Committer, TargetConfig, WriteReport
 from kubescribe.kube.client import ApiError, KubeClient
@@ -406,6 +406,8 @@ class Manager:
                 extra.update(documents=report.documents, retainedDocuments=report.retained)
                 if report.commit:
                     extra["lastCommit"] = report.commit
+                if report.pushed_at is not None:
+                    extra["lastPushTime"] = rfc3339(report.pushed_at)
                 if report.ok:
                     domain.append(Cond(c.PUSHED, "True", c.PUSHED, report.message or "Up to date"))
                 else:

@@ -26,6 +26,11 @@ class Cond:
     message: str
 
 
+def rfc3339(timestamp: float) -> str:
+    """A Unix timestamp as Kubernetes writes times (second precision, UTC, `Z`)."""
+    return dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def now_rfc3339() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
