@@ -22,7 +22,7 @@ from kubescribe.controller.snapshot import (
     run_snapshot,
     select_types,
 )
-from kubescribe.git.worker import Committer
+from kubescribe.git.targets import Committer
 from kubescribe.kube.client import KubeClient
 from kubescribe.kube.discovery import Discovered
 from kubescribe.server.attribution import AttributionOptions

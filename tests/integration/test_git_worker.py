@@ -15,15 +15,15 @@ import yaml
 
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.git.repo import GitRepository, PushRejected, cache_path
-from kubescribe.git.tree import edit_tree
-from kubescribe.git.worker import (
-    BranchWorker,
+from kubescribe.git.targets import (
     Committer,
     PlainRenderer,
     RefusedContent,
     TargetConfig,
     WriteReport,
 )
+from kubescribe.git.tree import edit_tree
+from kubescribe.git.worker import BranchWorker
 from kubescribe.mirror.changes import Change, Cursor, Operation, PruneMode, Snapshot, TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.layout import Layout

@@ -12,6 +12,7 @@ import pytest
 
 from kubescribe import metrics
 from kubescribe.devenv.gitremote import BareRemote, git
+from kubescribe.git.targets import PlainRenderer, RefusedContent, TargetConfig, WriteReport
 from kubescribe.git.windowing import (
     NOTHING_TO_COMMIT,
     PUSHED,
@@ -19,13 +20,7 @@ from kubescribe.git.windowing import (
     WORKER_STOPPED,
     RequestOutcome,
 )
-from kubescribe.git.worker import (
-    BranchWorker,
-    PlainRenderer,
-    RefusedContent,
-    TargetConfig,
-    WriteReport,
-)
+from kubescribe.git.worker import BranchWorker
 from kubescribe.mirror.authors import UNRESOLVED, AttributionMode, Author, ObjectEvent
 from kubescribe.mirror.changes import Change, Cursor, Operation, PruneMode, Snapshot, TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType

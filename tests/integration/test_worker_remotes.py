@@ -20,13 +20,8 @@ from kubescribe.devenv.sshgit import SshGitServer, sshd_binary
 from kubescribe.git.credentials import Credentials, GitFailure, remote_callbacks
 from kubescribe.git.repo import GitRepository, MissingSigner, RemoteUnavailable
 from kubescribe.git.signing import SigningKey
-from kubescribe.git.worker import (
-    BranchWorker,
-    Committer,
-    PlainRenderer,
-    TargetConfig,
-    WriteReport,
-)
+from kubescribe.git.targets import Committer, PlainRenderer, TargetConfig, WriteReport
+from kubescribe.git.worker import BranchWorker
 from kubescribe.mirror.changes import Change, Cursor, Operation, PruneMode, TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.layout import Layout

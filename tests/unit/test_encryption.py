@@ -25,7 +25,7 @@ from kubescribe.controller.encryption import (
     SopsRenderer,
     unencrypted_renderer,
 )
-from kubescribe.git.worker import Encrypting, PlainRenderer, RefusedContent
+from kubescribe.git.targets import Encrypting, PlainRenderer, RefusedContent
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.layout import Layout
 from kubescribe.secrets._re2 import compile_re2

@@ -23,7 +23,7 @@ from kubescribe.controller.providers import (
 from kubescribe.git.credentials import Credentials
 from kubescribe.git.probe import Verdict
 from kubescribe.git.signing import SigningKey
-from kubescribe.git.worker import WriteReport
+from kubescribe.git.targets import WriteReport
 from kubescribe.mirror.changes import TargetKey
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY
 

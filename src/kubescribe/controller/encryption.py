@@ -36,7 +36,7 @@ from kubescribe.api import conditions as c
 from kubescribe.api.models import EncryptionSpec, GitTargetSpec
 from kubescribe.controller.desired import Plan, TargetPlan
 from kubescribe.controller.status import Cond
-from kubescribe.git.worker import RefusedContent
+from kubescribe.git.targets import RefusedContent
 from kubescribe.kube.client import ApiError, KubeClient
 from kubescribe.mirror.changes import TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType

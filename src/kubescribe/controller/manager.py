@@ -22,7 +22,8 @@ from kubescribe.controller.encryption import EncryptionResolver
 from kubescribe.controller.providers import Providers
 from kubescribe.controller.status import Cond, StatusWriter, kstatus, rfc3339
 from kubescribe.controller.streams import StreamSpec, TargetStream
-from kubescribe.git.worker import BranchWorker, Committer, TargetConfig, WriteReport
+from kubescribe.git.targets import Committer, TargetConfig, WriteReport
+from kubescribe.git.worker import BranchWorker
 from kubescribe.kube.client import ApiError, KubeClient
 from kubescribe.kube.discovery import Discovered, discover
 from kubescribe.kube.informer import Informer, ObjectKey

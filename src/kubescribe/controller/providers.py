@@ -59,7 +59,8 @@ from kubescribe.git.credentials import (
 from kubescribe.git.probe import URL_REFUSED, RemoteProbe, Verdict, probe_remote, use_home
 from kubescribe.git.repo import CommitSigner, MissingSigner
 from kubescribe.git.signing import SigningKey
-from kubescribe.git.worker import BranchWorker, WriteReport
+from kubescribe.git.targets import WriteReport
+from kubescribe.git.worker import BranchWorker
 from kubescribe.kube.client import ApiError, KubeClient
 
 log = structlog.get_logger(__name__)

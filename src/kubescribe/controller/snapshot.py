@@ -14,7 +14,8 @@ import pygit2
 
 from kubescribe.controller.encryption import unencrypted_renderer
 from kubescribe.controller.streams import StreamSpec, TargetStream
-from kubescribe.git.worker import BranchWorker, Committer, TargetConfig, WriteReport
+from kubescribe.git.targets import Committer, TargetConfig, WriteReport
+from kubescribe.git.worker import BranchWorker
 from kubescribe.kube.client import KubeClient
 from kubescribe.kube.discovery import Discovered, discover
 from kubescribe.kube.informer import Informer

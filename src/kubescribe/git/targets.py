@@ -1,0 +1,161 @@
+"""What a branch worker writes for each target: its configuration, how documents render, and
+the reports it sends back."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from kubescribe.git.windowing import (
+    Group,
+)
+from kubescribe.mirror import messages
+from kubescribe.mirror.authors import AttributionMode
+from kubescribe.mirror.changes import Change, PruneMode, Snapshot, TargetKey
+from kubescribe.mirror.identity import Identity, ResourceType
+from kubescribe.mirror.layout import Layout, normalize_target_path
+from kubescribe.mirror.window import WindowPolicy
+from kubescribe.mirror.yamlfmt import dump_yaml, order_document
+
+Item = Change | Snapshot | Group
+Refusal = tuple[Identity, str, str]
+"""(identity, reason, message) of a document that was not written."""
+
+# WriteReport reasons (stable: they become condition reasons).
+PUSHED = "Pushed"
+REMOTE_UNREACHABLE = "RemoteUnreachable"
+PUSH_REJECTED = "PushRejected"
+WRITE_FAILED = "WriteFailed"
+PATH_CONFLICT = "PathConflict"
+RENDER_FAILED = "RenderFailed"
+REENCRYPT_FAILED = "ReencryptFailed"
+SOPS_CONFIG = ".sops.yaml"
+
+RETRY_INITIAL = 0.5
+RETRY_MAX = 30.0
+# From this many new blobs in one commit on, they are written as one pack file.
+PACK_THRESHOLD = 32
+
+
+class RefusedContent(Exception):
+    """Raised by a renderer: this document must not be written (e.g. no encryption)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class Renderer(Protocol):
+    def encrypted(self, rtype: ResourceType) -> bool:
+        """Whether documents of this type are written encrypted (`.sops.yaml`)."""
+        ...
+
+    def render(
+        self,
+        identity: Identity,
+        rtype: ResourceType,
+        document: Mapping[str, Any],
+        previous: bytes | None,
+    ) -> bytes:
+        """The file's bytes. `previous` is the current file of the same kind (plain or
+        encrypted), if any, so unchanged ciphertext can stay byte-identical."""
+        ...
+
+
+@runtime_checkable
+class Encrypting(Protocol):
+    """What a renderer that encrypts adds, so the worker keeps the target folder in step with
+    its recipients: `<folder>/.sops.yaml`, and files encrypted for other recipients are
+    re-encrypted (one commit that says so) before anything else of the batch is written."""
+
+    @property
+    def recipients(self) -> tuple[str, ...]: ...
+
+    def sops_config(self, current: bytes | None) -> bytes | None:
+        """What `<folder>/.sops.yaml` should hold given its `current` content (None when
+        missing); None to leave it alone."""
+        ...
+
+    def recipients_of(self, data: bytes) -> frozenset[str] | None:
+        """The recipients an encrypted file is readable by; None: not one to re-encrypt."""
+        ...
+
+    def rekey(self, identity: Identity, data: bytes) -> bytes:
+        """The file's content encrypted for `recipients` (or `RefusedContent`)."""
+        ...
+
+
+def upkeep_key(config: TargetConfig | None) -> tuple[str, tuple[str, ...], bytes | None] | None:
+    renderer = config.renderer if config is not None else None
+    if config is None or not isinstance(renderer, Encrypting) or not renderer.recipients:
+        return None
+    return config.folder, tuple(sorted(renderer.recipients)), renderer.sops_config(None)
+
+
+class PlainRenderer:
+    """Canonical YAML, never encrypted."""
+
+    def encrypted(self, rtype: ResourceType) -> bool:
+        return False
+
+    def render(
+        self,
+        identity: Identity,
+        rtype: ResourceType,
+        document: Mapping[str, Any],
+        previous: bytes | None,
+    ) -> bytes:
+        return dump_yaml(order_document(document)).encode()
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    key: TargetKey
+    folder: str
+    layout: Layout
+    prune: PruneMode
+    renderer: Renderer
+    change_template: str = messages.DEFAULT_CHANGE_TEMPLATE
+    snapshot_template: str = messages.DEFAULT_SNAPSHOT_TEMPLATE
+    group_template: str = messages.DEFAULT_GROUP_TEMPLATE
+    window: WindowPolicy = field(default_factory=WindowPolicy)
+    attribution: AttributionMode = AttributionMode.CONFIGURED
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "folder", normalize_target_path(self.folder))
+        messages.validate(self.change_template, messages.CHANGE_FIELDS)
+        messages.validate(self.snapshot_template, messages.SNAPSHOT_FIELDS)
+        messages.validate(self.group_template, messages.GROUP_FIELDS)
+
+
+@dataclass(frozen=True)
+class Committer:
+    name: str
+    email: str
+
+    def __post_init__(self) -> None:
+        for value in (self.name, self.email):
+            if not value.strip() or any(c in value for c in "<>\n"):
+                raise ValueError(f"invalid commit identity {value!r}")
+
+
+@dataclass(frozen=True)
+class WriteReport:
+    """The outcome of one write attempt for one target.
+
+    `commit`/`pushed_at` are the last commit pushed for this target (by this worker) and when.
+    `retained` counts documents the prune mode keeps although they are gone from the cluster.
+    `refused` documents were not written; `ok` is about the push, not about them.
+    """
+
+    target: TargetKey
+    ok: bool
+    reason: str
+    message: str
+    commit: str | None
+    pushed_at: float | None
+    documents: int
+    retained: int
+    refused: list[Refusal] = field(default_factory=list)
