@@ -23,13 +23,17 @@ async def run_operator(
     *,
     allow_file_urls: bool = False,
     probe_interval: float = 300.0,
+    cross_namespace_sources: bool = True,
     attribution_options: AttributionOptions | None = None,
 ) -> None:
     sites = contextlib.AsyncExitStack()  # audit receiver, admission webhook, fact store
     att = await sites.enter_async_context(attribution(attribution_options or AttributionOptions()))
     client = await KubeClient.connect(kubeconfig, context)
     settings = Settings(
-        cache_dir=cache_dir, allow_file_urls=allow_file_urls, probe_interval=probe_interval
+        cache_dir=cache_dir,
+        allow_file_urls=allow_file_urls,
+        probe_interval=probe_interval,
+        cross_namespace_sources=cross_namespace_sources,
     )
     settings.resolver, settings.request_authors = att.resolver, att.requests
     manager = Manager(client, settings)

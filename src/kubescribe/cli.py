@@ -157,6 +157,12 @@ def _attribution_options(command: Callable[..., None]) -> Callable[..., None]:
     show_default=True,
     help="Seconds between probes of each GitProvider's remote (also probed on every change).",
 )
+@click.option(
+    "--no-cross-namespace-sources",
+    is_flag=True,
+    help="Lockdown: refuse every WatchRule sourceNamespace other than the rule's own, whatever "
+    "the Namespaces grant (and do not watch Namespaces).",
+)
 @_attribution_options
 def run(
     kubeconfig: Path | None,
@@ -166,6 +172,7 @@ def run(
     log_level: str,
     allow_file_urls: bool,
     probe_interval: float,
+    no_cross_namespace_sources: bool,
     **attribution: Any,
 ) -> None:
     """Run the operator until SIGTERM/SIGINT; pending writes are flushed on the way out."""
@@ -181,6 +188,7 @@ def run(
         metrics_addr,
         allow_file_urls=allow_file_urls,
         probe_interval=probe_interval,
+        cross_namespace_sources=not no_cross_namespace_sources,
         attribution_options=attribution_options,
     )
     asyncio.run(_until_signal(operator))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubescribe.controller.desired import compile_plan
+from kubescribe.controller.desired import WATCHABLE_FROM, compile_plan, source_grants
 from kubescribe.kube.discovery import Discovered
 from kubescribe.mirror.changes import TargetKey
 from kubescribe.mirror.identity import ResourceType
@@ -128,4 +128,76 @@ def test_suspended_target_has_no_streams() -> None:
         TYPES,
         DEFAULT_NOISE_POLICY,
     )
+    assert plan.streams == {}
+
+
+# --- cross-namespace sources ------------------------------------------------------------------
+
+
+def namespace_obj(name: str, watchable_from: str | None = None) -> dict[str, Any]:
+    annotations = {WATCHABLE_FROM: watchable_from} if watchable_from is not None else {}
+    return {"kind": "Namespace", "metadata": {"name": name, "annotations": annotations}}
+
+
+def cross_namespace_plan(grants: Any) -> Any:
+    rules = obj(
+        "WatchRule",
+        "r",
+        {
+            "targetRef": {"name": "t"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["configmaps"]},
+                {"apiGroups": [""], "resources": ["configmaps"], "sourceNamespace": "kube-system"},
+            ],
+        },
+    )
+    return compile_plan(
+        [provider()], [target("t", "a")], [rules], [], TYPES, DEFAULT_NOISE_POLICY, grants=grants
+    )
+
+
+def test_a_watch_rule_cannot_read_another_namespace_that_grants_nothing() -> None:
+    plan = cross_namespace_plan(source_grants([namespace_obj("kube-system")]))
+    r = plan.rules[("WatchRule", ("ns", "r"))]
+    assert {s.namespace for s in plan.streams.values()} == {"ns"}
+    assert r.sources == ("ns",)
+    assert r.source_problem is not None
+    assert r.source_problem.reason == "SourceNamespaceNotAuthorized"
+    assert "kube-system" in r.source_problem.message
+    assert r.problem is None  # the rule's own namespace keeps flowing
+
+
+def test_a_namespace_grants_readers_by_annotation() -> None:
+    for value in ("ns", "other, ns", "*"):
+        plan = cross_namespace_plan(source_grants([namespace_obj("kube-system", value)]))
+        r = plan.rules[("WatchRule", ("ns", "r"))]
+        assert r.source_problem is None, value
+        assert {s.namespace for s in plan.streams.values()} == {"ns", "kube-system"}
+    plan = cross_namespace_plan(source_grants([namespace_obj("kube-system", "nsx, other")]))
+    assert plan.rules[("WatchRule", ("ns", "r"))].source_problem is not None
+
+
+def test_the_lockdown_refuses_even_a_granted_source() -> None:
+    plan = cross_namespace_plan(None)
+    r = plan.rules[("WatchRule", ("ns", "r"))]
+    assert r.source_problem is not None
+    assert r.source_problem.reason == "CrossNamespaceSourcesDisabled"
+    assert {s.namespace for s in plan.streams.values()} == {"ns"}
+
+
+def test_a_rule_whose_every_source_is_refused_reports_the_refusal_not_no_match() -> None:
+    rules = obj(
+        "WatchRule",
+        "r",
+        {
+            "targetRef": {"name": "t"},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "sourceNamespace": "x"}],
+        },
+    )
+    plan = compile_plan(
+        [provider()], [target("t", "a")], [rules], [], TYPES, DEFAULT_NOISE_POLICY, grants={}
+    )
+    r = plan.rules[("WatchRule", ("ns", "r"))]
+    assert r.problem is None
+    assert r.source_problem is not None
     assert plan.streams == {}

@@ -28,13 +28,19 @@ from kubescribe.mirror.changes import TargetKey
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY
 
 
-def obj(kind: str, name: str, spec: dict[str, Any], created: str = "2026-01-01T00:00:00Z") -> Any:
+def obj(
+    kind: str,
+    name: str,
+    spec: dict[str, Any],
+    created: str = "2026-01-01T00:00:00Z",
+    namespace: str = "ns",
+) -> Any:
     return {
         "apiVersion": "kubescribe.io/v1alpha1",
         "kind": kind,
         "metadata": {
             "name": name,
-            "namespace": "ns",
+            "namespace": namespace,
             "generation": 1,
             "creationTimestamp": created,
         },
@@ -42,13 +48,19 @@ def obj(kind: str, name: str, spec: dict[str, Any], created: str = "2026-01-01T0
     }
 
 
-def provider(name: str, url: str, **spec: Any) -> Any:
-    return obj("GitProvider", name, {"url": url, **spec})
+def provider(name: str, url: str, namespace: str = "ns", **spec: Any) -> Any:
+    return obj("GitProvider", name, {"url": url, **spec}, namespace=namespace)
 
 
-def target(name: str, provider_name: str, path: str, created: str = "2026-01-01T00:00:00Z") -> Any:
+def target(
+    name: str,
+    provider_name: str,
+    path: str,
+    created: str = "2026-01-01T00:00:00Z",
+    namespace: str = "ns",
+) -> Any:
     spec = {"providerRef": {"name": provider_name}, "branch": "main", "path": path}
-    return obj("GitTarget", name, spec, created)
+    return obj("GitTarget", name, spec, created, namespace)
 
 
 def plan_of(providers: list[Any], targets: list[Any], allow_file_urls: bool = False) -> Any:
@@ -101,7 +113,37 @@ def test_providers_spelling_one_repository_differently_share_a_worker_key() -> N
     ta, tb = plan.targets[TargetKey("ns", "ta")], plan.targets[TargetKey("ns", "tb")]
     assert ta.writable
     assert tb.writable
-    assert ta.worker_key == tb.worker_key == ("ssh://git@git.example/org/repo", "main")
+    assert ta.worker_key == tb.worker_key == ("ns", "ssh://git@git.example/org/repo", "main")
+
+
+def test_namespaces_never_share_a_writer_for_one_repository_and_branch() -> None:
+    """Tenant B's provider for A's repository gets a writer of its own: B's documents are never
+    pushed with A's credentials or signed with A's key."""
+    url = "https://git.example/org/repo.git"
+    plan = plan_of(
+        [provider("git", url, namespace="team-a"), provider("git", url, namespace="team-b")],
+        [
+            target("t", "git", "a", namespace="team-a"),
+            target("t", "git", "b", namespace="team-b"),
+        ],
+    )
+    ta, tb = plan.targets[TargetKey("team-a", "t")], plan.targets[TargetKey("team-b", "t")]
+    assert ta.worker_key == ("team-a", "https://git.example/org/repo", "main")
+    assert tb.worker_key == ("team-b", "https://git.example/org/repo", "main")
+
+
+def test_an_older_target_of_another_namespace_never_takes_a_folder_away() -> None:
+    """Folders are claimed within a namespace: tenant B cannot block A's target by claiming
+    A's folder first (a writer of B only ever writes with B's own credentials)."""
+    url = "https://git.example/org/repo.git"
+    plan = plan_of(
+        [provider("git", url, namespace="team-a"), provider("git", url, namespace="team-b")],
+        [
+            target("squatter", "git", "apps", "2026-01-01T00:00:00Z", namespace="team-b"),
+            target("mirror", "git", "apps", "2026-01-02T00:00:00Z", namespace="team-a"),
+        ],
+    )
+    assert plan.targets[TargetKey("team-a", "mirror")].writable
 
 
 def test_overlapping_folders_of_targets_of_different_providers_are_refused() -> None:
@@ -226,3 +268,44 @@ def test_status_publishes_the_signing_key_and_ready_follows_the_read_probe(
         "False",
         "PermissionDenied",
     )
+
+
+class _Worker:
+    url = "https://git.example/r.git"
+
+    def __init__(self) -> None:
+        self.signers: list[Any] = []
+
+    def set_signer(self, signer: Any) -> None:
+        self.signers.append(signer)
+
+    def retry_now(self) -> None:
+        pass
+
+
+def test_a_writer_never_takes_credentials_or_a_signing_key_from_another_namespace(
+    tmp_path: Path,
+) -> None:
+    signing = {"secretRef": {"name": "sign"}}
+    url = "https://git.example/r.git"
+    plan = plan_of(
+        [
+            provider("git", url, namespace="team-a", signing=signing),
+            provider("git", url, namespace="team-b"),
+        ],
+        [target("t", "git", "b", namespace="team-b")],
+    )
+    a = plan.providers[("team-a", "git")]
+    creds_a = Credentials(password="a-token")
+    runtime, _ = providers_with(
+        tmp_path, a.key, a.spec, Sources((), creds_a, signer=SigningKey.generate())
+    )
+    worker_key = plan.targets[TargetKey("team-b", "t")].worker_key
+    worker = _Worker()
+    runtime.callbacks(worker_key, url)
+    runtime.assign(worker_key, [("team-a", "git"), ("team-b", "git")], worker)  # type: ignore[arg-type]
+    slot = runtime._slots[worker_key]
+    assert slot.creds is not creds_a
+    assert slot.provider is None
+    assert slot.signer is None
+    assert worker.signers == []

@@ -23,6 +23,7 @@ STREAMS_RUNNING: Final = "StreamsRunning"
 GIT_PATH_ACCEPTED: Final = "GitPathAccepted"
 PUSHED: Final = "Pushed"
 ENCRYPTION_CONFIGURED: Final = "EncryptionConfigured"
+SOURCE_NAMESPACE_AUTHORIZED: Final = "SourceNamespaceAuthorized"
 
 # reasons
 PROGRESSING: Final = "Progressing"
@@ -50,6 +51,8 @@ INVALID_CREDENTIALS: Final = "InvalidCredentials"
 KNOWN_HOSTS_NOT_FOUND: Final = "KnownHostsNotFound"
 SIGNING_KEY_MISSING: Final = "SigningKeyMissing"
 SIGNING_KEY_INVALID: Final = "SigningKeyInvalid"
+SOURCE_NAMESPACE_NOT_AUTHORIZED: Final = "SourceNamespaceNotAuthorized"
+CROSS_NAMESPACE_SOURCES_DISABLED: Final = "CrossNamespaceSourcesDisabled"
 
 STALLED_REASONS: Final = frozenset(
     {
@@ -73,6 +76,8 @@ STALLED_REASONS: Final = frozenset(
         KNOWN_HOSTS_NOT_FOUND,
         SIGNING_KEY_MISSING,
         SIGNING_KEY_INVALID,
+        SOURCE_NAMESPACE_NOT_AUTHORIZED,
+        CROSS_NAMESPACE_SOURCES_DISABLED,
     }
 )
 """Reasons that need a change by a user: a False condition with one makes the object Stalled."""

@@ -10,10 +10,11 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
+from kubescribe.api import conditions as c
 from kubescribe.api.models import (
     ClusterResourceRule,
     ClusterWatchRuleSpec,
@@ -33,6 +34,12 @@ from kubescribe.mirror.noise import NoisePolicy
 from kubescribe.mirror.window import parse_duration
 
 ObjKey = tuple[str, str]  # (namespace, name); namespace '' for cluster-scoped objects
+
+
+class WorkerKey(NamedTuple):
+    namespace: str
+    url: str  # normalized
+    branch: str
 
 
 @dataclass(frozen=True)
@@ -71,9 +78,11 @@ class TargetPlan:
         )
 
     @property
-    def worker_key(self) -> tuple[str, str]:
+    def worker_key(self) -> WorkerKey:
+        """One writer per repository and branch within a namespace: a worker pushes and signs
+        only with what its own namespace provides (the trust boundary)."""
         assert self.provider is not None and self.spec is not None
-        return self.provider.normalized_url, self.spec.branch
+        return WorkerKey(self.key.namespace, self.provider.normalized_url, self.spec.branch)
 
     @property
     def prune(self) -> PruneMode:
@@ -89,6 +98,49 @@ class RulePlan:
     resolved: tuple[str, ...] = ()
     unresolved: tuple[str, ...] = ()
     problem: Problem | None = None
+    sources: tuple[str, ...] = ()  # the namespaces its streams read (WatchRule)
+    source_problem: Problem | None = None  # a sourceNamespace that was refused
+
+
+# --- cross-namespace sources --------------------------------------------------------------
+
+WATCHABLE_FROM = "kubescribe.io/watchable-from"
+"""Annotation on a Namespace: the namespaces (comma-separated, or `*`) whose WatchRules may
+read it. Namespaces are cluster-scoped, so a tenant cannot grant itself another's objects."""
+
+
+SourceGrants = Mapping[str, frozenset[str]]
+"""Source namespace -> the namespaces it lets read it (`*` for all)."""
+
+
+def source_grants(namespaces: Iterable[Mapping[str, Any]]) -> dict[str, frozenset[str]]:
+    """The grants that Namespace objects carry in their `watchable-from` annotation."""
+    grants: dict[str, frozenset[str]] = {}
+    for ns in namespaces:
+        meta = ns.get("metadata") or {}
+        value = (meta.get("annotations") or {}).get(WATCHABLE_FROM)
+        if isinstance(value, str) and (names := {n.strip() for n in value.split(",")} - {""}):
+            grants[str(meta.get("name", ""))] = frozenset(names)
+    return grants
+
+
+def _source_refusal(reader: str, source: str, grants: SourceGrants | None) -> Problem | None:
+    """Why namespace `reader` may not read `source` (None: it may). `grants` None: lockdown."""
+    if source == reader:
+        return None
+    if grants is None:
+        return Problem(
+            c.CROSS_NAMESPACE_SOURCES_DISABLED,
+            f"sourceNamespace {source!r}: cross-namespace sources are disabled on this operator",
+        )
+    allowed = grants.get(source, frozenset())
+    if "*" in allowed or reader in allowed:
+        return None
+    return Problem(
+        c.SOURCE_NAMESPACE_NOT_AUTHORIZED,
+        f"sourceNamespace {source!r} does not grant namespace {reader!r} (annotation "
+        f"{WATCHABLE_FROM} on Namespace {source!r}, set by a cluster administrator)",
+    )
 
 
 @dataclass
@@ -175,7 +227,7 @@ def _plan_target(obj: Mapping[str, Any], providers: Mapping[ObjKey, ProviderPlan
 
 def _reject_overlaps(targets: list[TargetPlan], order: Mapping[TargetKey, tuple[str, ...]]) -> None:
     """Two targets on one branch may not share a folder: the older one keeps it."""
-    accepted: dict[tuple[str, str], list[TargetPlan]] = {}
+    accepted: dict[WorkerKey, list[TargetPlan]] = {}
     for i, plan in sorted(enumerate(targets), key=lambda p: order[p[1].key]):
         if plan.problem is not None:
             continue
@@ -194,7 +246,7 @@ def _reject_overlaps(targets: list[TargetPlan], order: Mapping[TargetKey, tuple[
             path_problem=Problem(
                 "PathOverlap",
                 f"path {plan.folder or '.'!r} overlaps GitTarget {clash.key} "
-                f"(path {clash.folder or '.'!r}) on branch {plan.worker_key[1]!r}",
+                f"(path {clash.folder or '.'!r}) on branch {plan.worker_key.branch!r}",
             ),
         )
 
@@ -242,7 +294,10 @@ def compile_plan(
     noise: NoisePolicy,
     *,
     allow_file_urls: bool = False,
+    grants: SourceGrants | None = None,
 ) -> Plan:
+    """`grants`: who may read which namespace (`source_grants`); None refuses every
+    cross-namespace source (the operator's lockdown flag)."""
     plan = Plan()
     for obj in providers:
         p = plan_provider(obj, allow_file_urls=allow_file_urls)
@@ -276,8 +331,15 @@ def compile_plan(
             return
         resolved: list[str] = []
         unresolved: list[str] = []
+        sources: set[str] = set()
+        refused: list[Problem] = []
         for rule in spec.rules:
             namespace = (getattr(rule, "source_namespace", None) or key[0]) if namespaced else ""
+            if namespaced:
+                if (refusal := _source_refusal(key[0], namespace, grants)) is not None:
+                    refused.append(refusal)
+                    continue
+                sources.add(namespace)
             items, missing = _resolve(rule, discovered, namespaced, noise)
             unresolved += missing
             selector = (
@@ -288,7 +350,7 @@ def compile_plan(
                 spec_ = StreamSpec(target_key, item.rtype, namespace, (selector,), frozenset())
                 merged.setdefault(spec_.key, []).append((spec_, list(rule.operations)))
         problem = None
-        if not resolved:
+        if not resolved and len(refused) < len(spec.rules):
             problem = Problem(
                 "NoMatchingResources",
                 "no served resource matches the rules"
@@ -302,6 +364,8 @@ def compile_plan(
             tuple(sorted(set(resolved))),
             tuple(sorted(set(unresolved))),
             problem,
+            tuple(sorted(sources)),
+            refused[0] if refused else None,
         )
 
     for obj in watch_rules:

@@ -17,7 +17,14 @@ import structlog
 from kubescribe import metrics
 from kubescribe.api import conditions as c
 from kubescribe.controller.commitrequests import CommitRequests, TargetAccess
-from kubescribe.controller.desired import Plan, TargetPlan, compile_plan
+from kubescribe.controller.desired import (
+    Plan,
+    RulePlan,
+    TargetPlan,
+    WorkerKey,
+    compile_plan,
+    source_grants,
+)
 from kubescribe.controller.encryption import EncryptionResolver
 from kubescribe.controller.providers import Providers
 from kubescribe.controller.status import Cond, StatusWriter, kstatus, rfc3339
@@ -43,6 +50,7 @@ OWN_TYPES = {
         "kubescribe.io", "v1alpha1", "clusterwatchrules", "ClusterWatchRule", False
     ),
 }
+NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", False)  # cross-namespace grants
 DISCOVERY_TRIGGERS = (
     ResourceType(
         "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
@@ -62,6 +70,7 @@ class Settings:
     allow_file_urls: bool = False
     probe_interval: float = 300.0
     credentials_refresh: float = 10.0
+    cross_namespace_sources: bool = True  # False: refuse every WatchRule sourceNamespace elsewhere
 
 
 class _Cache:
@@ -104,10 +113,11 @@ class Manager:
         client = self.client
         self._poke = asyncio.Event()
         self._caches = {kind: _Cache(self._poke) for kind in OWN_TYPES}
+        self._namespaces = _Cache(self._poke)
         self._discovery_poke = asyncio.Event()
         self._discovered: dict[tuple[str, str, str], tuple[Discovered, float]] = {}
         self._streams: dict[str, _Running] = {}
-        self._workers: dict[tuple[str, str], BranchWorker] = {}
+        self._workers: dict[WorkerKey, BranchWorker] = {}
         self._reports: dict[TargetKey, WriteReport] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._status = StatusWriter(client)
@@ -134,6 +144,8 @@ class Manager:
                 Informer(self.client, rtype, self._caches[kind])
                 for kind, rtype in OWN_TYPES.items()
             ]
+            if self.settings.cross_namespace_sources:
+                own.append(Informer(self.client, NAMESPACES, self._namespaces))
             triggers = [
                 Informer(self.client, rtype, _Trigger(self._discovery_poke))
                 for rtype in DISCOVERY_TRIGGERS
@@ -210,6 +222,11 @@ class Manager:
             [item for item, _ in self._discovered.values()],
             self.settings.noise,
             allow_file_urls=self.settings.allow_file_urls,
+            grants=(
+                source_grants(self._namespaces.objects.values())
+                if self.settings.cross_namespace_sources
+                else None
+            ),
         )
         await self._providers.sync(self.plan.providers)
         self._providers.gate(self.plan)  # no credentials or signing key: the targets wait
@@ -223,7 +240,7 @@ class Manager:
         await self._write_statuses()
 
     def _apply_workers(self) -> None:
-        by_worker: dict[tuple[str, str], list[TargetPlan]] = {}
+        by_worker: dict[WorkerKey, list[TargetPlan]] = {}
         for target in self.plan.targets.values():
             if target.writable:
                 by_worker.setdefault(target.worker_key, []).append(target)
@@ -240,8 +257,9 @@ class Manager:
                 committer = provider.spec.commit.committer
                 worker = BranchWorker(
                     url=provider.spec.url,
-                    branch=key[1],
-                    cache_dir=self.settings.cache_dir,
+                    branch=key.branch,
+                    # Each namespace keeps its own clone: nothing one writes is another's base.
+                    cache_dir=self.settings.cache_dir / "namespaces" / key.namespace,
                     committer=Committer(committer.name, committer.email),
                     on_report=self._on_report,
                     on_pushed=self._on_pushed,
@@ -338,24 +356,40 @@ class Manager:
                 r = plan.rules.get((kind, key))
                 if r is None:
                     continue
-                domain = [Cond(c.VALIDATED, "True", c.VALIDATED, "Rules resolved")]
-                if r.problem:
-                    domain = [Cond(c.VALIDATED, "False", r.problem.reason, r.problem.message)]
-                elif r.target and not plan.targets[r.target].writable:
-                    domain = [
-                        Cond(
-                            c.VALIDATED,
-                            "True",
-                            "TargetNotReady",
-                            f"GitTarget {r.target} is not ready",
-                        )
-                    ]
+                domain = self._rule_conditions(r)
                 await self._status.write(
                     obj,
                     plural,
                     domain + kstatus(domain, progressing=None),
                     {"resolvedResources": list(r.resolved)},
                 )
+
+    def _rule_conditions(self, r: RulePlan) -> list[Cond]:
+        if r.problem:
+            domain = [Cond(c.VALIDATED, "False", r.problem.reason, r.problem.message)]
+        elif r.target and not self.plan.targets[r.target].writable:
+            domain = [
+                Cond(c.VALIDATED, "True", "TargetNotReady", f"GitTarget {r.target} is not ready")
+            ]
+        else:
+            domain = [Cond(c.VALIDATED, "True", c.VALIDATED, "Rules resolved")]
+        if r.kind != "WatchRule":
+            return domain
+        if r.source_problem is not None:
+            problem = r.source_problem
+            domain.append(
+                Cond(c.SOURCE_NAMESPACE_AUTHORIZED, "False", problem.reason, problem.message)
+            )
+        else:
+            domain.append(
+                Cond(
+                    c.SOURCE_NAMESPACE_AUTHORIZED,
+                    "True",
+                    c.SOURCE_NAMESPACE_AUTHORIZED,
+                    f"Reading namespace {', '.join(r.sources) or r.key[0]}",
+                )
+            )
+        return domain
 
     def _target_status(self, t: TargetPlan) -> tuple[list[Cond], dict[str, Any]]:
         domain: list[Cond] = []

@@ -20,10 +20,11 @@ Conditions of a GitProvider (besides `Validated`, from the plan):
   `status.signingKey`. While it is not loaded the provider's GitTargets write nothing: there is
   no unsigned fallback.
 
-Two GitProviders for one repository share the branch workers (one writer per normalized URL
-and branch). A worker pushes with the credentials of the provider most likely to be allowed to
-(Writable True, then Unknown; then by name), and signs with the key of the first provider that
-configures signing.
+Two GitProviders of one namespace for one repository share the branch workers (one writer per
+namespace, normalized URL and branch). A worker pushes with the credentials of the provider most
+likely to be allowed to (Writable True, then Unknown; then by name), and signs with the key of
+the first provider that configures signing. Providers of another namespace never lend theirs:
+writers of two namespaces on one branch race through the fetch-rebuild-retry path.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ import structlog
 from kubescribe import metrics
 from kubescribe.api import conditions as c
 from kubescribe.api.models import GitProviderSpec, SigningSpec
-from kubescribe.controller.desired import ObjKey, Plan, Problem, ProviderPlan
+from kubescribe.controller.desired import ObjKey, Plan, Problem, ProviderPlan, WorkerKey
+from kubescribe.controller.ownership import MANAGED_BY, created_by_kubescribe, not_ours_message
 from kubescribe.controller.status import Cond, kstatus
 from kubescribe.git.credentials import (
     Credentials,
@@ -77,7 +79,6 @@ CREDENTIALS_UNAVAILABLE = "CredentialsUnavailable"  # the API server could not b
 PROBING = "Probing"
 
 SIGNING_PUBLIC_KEY = "signing.pub"
-MANAGED_BY = {"app.kubernetes.io/managed-by": "kubescribe"}
 BACKUP_ANNOTATION = "kubescribe.io/backup"
 BACKUP_NOTE = (
     "The key that signs kubescribe's commits; its public half is in the GitProvider status"
@@ -200,7 +201,7 @@ class Providers:
         self._known_hosts: tuple[str, ...] | None = None
         self._blocked_reasons: set[str] = set()
         self._states: dict[ObjKey, _State] = {}
-        self._slots: dict[tuple[str, str], _Slot] = {}
+        self._slots: dict[WorkerKey, _Slot] = {}
         self._executor = ThreadPoolExecutor(4, thread_name_prefix="kubescribe-probe")
 
     def close(self) -> None:
@@ -273,19 +274,20 @@ class Providers:
         return None
 
     # -- branch workers ----------------------------------------------------------------------
-    def callbacks(self, worker_key: tuple[str, str], url: str) -> Any:
+    def callbacks(self, worker_key: WorkerKey, url: str) -> Any:
         """The callbacks factory for a new branch worker (follows `assign`, which must be
         called before the worker starts: a fresh slot has no credentials and no signer)."""
         slot = self._slots[worker_key] = _Slot(url)
         return slot.callbacks
 
     def assign(
-        self, worker_key: tuple[str, str], providers: Iterable[ObjKey], worker: BranchWorker
+        self, worker_key: WorkerKey, providers: Iterable[ObjKey], worker: BranchWorker
     ) -> None:
         """Choose the credentials and signing key of a worker from the providers of its
         targets; a change applies from the next transfer and cuts a retry wait short."""
         slot = self._slots.setdefault(worker_key, _Slot(worker.url))
-        keys = sorted(set(providers))
+        # Credentials and signing keys never cross the namespace of the worker's targets.
+        keys = sorted({k for k in providers if k[0] == worker_key.namespace})
         states = [self._states[k] for k in keys if k in self._states]
         chosen = min(
             states,
@@ -316,7 +318,7 @@ class Providers:
             slot.provider, slot.creds = provider, creds
             worker.retry_now()
 
-    def record_report(self, worker_key: tuple[str, str], report: WriteReport) -> None:
+    def record_report(self, worker_key: WorkerKey, report: WriteReport) -> None:
         """A worker's write outcome is evidence about the credentials it pushed with."""
         slot = self._slots.get(worker_key)
         if slot is None or slot.provider is None:
@@ -328,7 +330,7 @@ class Providers:
             return  # written with credentials the provider no longer has
         state.writable = push_evidence(state.writable, report, time.time())
 
-    def drop_worker(self, worker_key: tuple[str, str]) -> None:
+    def drop_worker(self, worker_key: WorkerKey) -> None:
         self._slots.pop(worker_key, None)
 
     # -- status ------------------------------------------------------------------------------
@@ -542,6 +544,12 @@ class Providers:
                         SIGNING_KEY_MISSING,
                         f"{where} (spec.signing) not found; commits are not written unsigned",
                     ),
+                    version,
+                )
+            if secret is not None and not created_by_kubescribe(secret):
+                return (
+                    None,
+                    Problem(SIGNING_KEY_MISSING, not_ours_message(name, f"key {data_key!r}")),
                     version,
                 )
             return await self._generate(namespace, spec, secret)
