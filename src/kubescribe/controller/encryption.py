@@ -35,6 +35,7 @@ import structlog
 from kubescribe.api import conditions as c
 from kubescribe.api.models import EncryptionSpec, GitTargetSpec
 from kubescribe.controller.desired import Plan, TargetPlan
+from kubescribe.controller.ownership import MANAGED_BY, created_by_kubescribe, not_ours_message
 from kubescribe.controller.status import Cond
 from kubescribe.git.targets import RefusedContent
 from kubescribe.kube.client import ApiError, KubeClient
@@ -64,7 +65,6 @@ AGE_KEY_SUFFIX = ".agekey"
 GENERATED_KEY = "identity.agekey"
 BACKUP_ANNOTATION = "kubescribe.io/backup"
 BACKUP_NOTE = "Back up this age key: without it the encrypted files in Git cannot be decrypted"
-MANAGED_BY = {"app.kubernetes.io/managed-by": "kubescribe"}
 
 # Refusal reasons (stable: they label the refused-documents metric).
 ENCRYPTION_MISSING = c.ENCRYPTION_MISSING
@@ -397,6 +397,10 @@ class EncryptionResolver:
         if not encryption.generate_when_missing:
             raise _KeyProblem(
                 c.INVALID_KEY, f"Secret {ref.name!r} holds no *{AGE_KEY_SUFFIX} entry"
+            )
+        if not created_by_kubescribe(secret):
+            raise _KeyProblem(
+                c.INVALID_KEY, not_ours_message(ref.name, f"a *{AGE_KEY_SUFFIX} entry")
             )
         return [await self._generate(namespace, ref.name, path, create=False)]
 
