@@ -67,3 +67,22 @@ def condition(
 
 def manifest(*docs: dict[str, Any]) -> str:
     return "\n---\n".join(json.dumps(d) for d in docs)
+
+
+def wait_condition(
+    cp: ControlPlane,
+    kind: str,
+    name: str,
+    ns: str,
+    ctype: str,
+    status: str,
+    reason: str | None = None,
+    timeout: float = 60,
+) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        cond = condition(cp, kind, name, ns, ctype)
+        if cond and cond["status"] == status and reason in (None, cond["reason"]):
+            return cond
+        return None
+
+    return wait_for(check, timeout=timeout, what=f"{kind} {name} {ctype}={status} {reason or ''}")

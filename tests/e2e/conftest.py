@@ -9,6 +9,8 @@ import pytest
 
 from kubescribe.api.crds import render_crds
 from kubescribe.devenv.controlplane import ControlPlane
+from kubescribe.devenv.httpgit import HttpsGitServer, missing_binaries
+from tests.e2e.mirror_objects import PASSWORD
 from tests.support import Operator
 
 pytestmark = pytest.mark.controlplane
@@ -55,3 +57,14 @@ def operator(
         "--wait=false",
         check=False,
     )
+
+
+@pytest.fixture(scope="module")
+def https_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpsGitServer]:
+    missing = missing_binaries()
+    if missing:
+        pytest.skip(f"not installed: {', '.join(missing)} (Debian packages nginx, fcgiwrap)")
+    with HttpsGitServer(tmp_path_factory.mktemp("https")) as server:
+        server.add_user("writer", PASSWORD)
+        server.add_user("reader", PASSWORD, read_only=True)
+        yield server

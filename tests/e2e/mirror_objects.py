@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
+from kubescribe.devenv.httpgit import HttpsGitServer
+
 API = "kubescribe.io/v1alpha1"
+PASSWORD = "correct-horse-battery-staple"  # of the `writer` user of the HTTPS Git server
 
 
 def provider(name: str, namespace: str, url: str, **spec: Any) -> dict[str, Any]:
@@ -73,3 +77,21 @@ def commit_request(
     if collect_delay:
         spec["collectDelay"] = collect_delay
     return {"apiVersion": API, "kind": "CommitRequest", "metadata": meta, "spec": spec}
+
+
+def secret(name: str, namespace: str, data: dict[str, str | bytes]) -> dict[str, Any]:
+    encoded = {
+        key: base64.b64encode(v.encode() if isinstance(v, str) else v).decode()
+        for key, v in data.items()
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "type": "Opaque",
+        "data": encoded,
+    }
+
+
+def https_secret(name: str, ns: str, server: HttpsGitServer, user: str, password: str) -> Any:
+    return secret(name, ns, {"username": user, "password": password, "ca.crt": server.ca_pem})

@@ -21,17 +21,24 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.devenv.httpgit import HttpsGitServer, missing_binaries
+from kubescribe.devenv.httpgit import HttpsGitServer
 from kubescribe.devenv.sshgit import SshGitServer, sshd_binary
 from kubescribe.git.signing import SigningKey
-from tests.e2e.mirror_objects import configmap, provider, target, watch_rule
+from tests.e2e.mirror_objects import (
+    PASSWORD,
+    configmap,
+    https_secret,
+    provider,
+    secret,
+    target,
+    watch_rule,
+)
 from tests.gitsig import allowed_signers, git_verify_commit, ssh_keygen_verify
-from tests.support import Operator, condition, manifest, stays, wait_for
+from tests.support import Operator, condition, manifest, stays, wait_condition, wait_for
 
 pytestmark = pytest.mark.controlplane
 
 CM_RULE = {"apiGroups": [""], "resources": ["configmaps"]}
-PASSWORD = "correct-horse-battery-staple"
 WRONG_PASSWORD = "not-the-password-7f3a"
 
 
@@ -43,17 +50,6 @@ def ssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshGitServe
     if sshd_binary() is None:
         pytest.skip("sshd is not installed (Debian package openssh-server)")
     with SshGitServer(tmp_path_factory.mktemp("sshd")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def https_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpsGitServer]:
-    missing = missing_binaries()
-    if missing:
-        pytest.skip(f"not installed: {', '.join(missing)} (Debian packages nginx, fcgiwrap)")
-    with HttpsGitServer(tmp_path_factory.mktemp("https")) as server:
-        server.add_user("writer", PASSWORD)
-        server.add_user("reader", PASSWORD, read_only=True)
         yield server
 
 
@@ -71,29 +67,11 @@ def keypair() -> tuple[str, str]:
     return private, public.decode()
 
 
-def secret(name: str, namespace: str, data: dict[str, str | bytes]) -> dict[str, Any]:
-    encoded = {
-        key: base64.b64encode(v.encode() if isinstance(v, str) else v).decode()
-        for key, v in data.items()
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": name, "namespace": namespace},
-        "type": "Opaque",
-        "data": encoded,
-    }
-
-
 def ssh_secret(name: str, ns: str, private_key: str, known_hosts: str | None) -> dict[str, Any]:
     data: dict[str, str | bytes] = {"ssh-privatekey": private_key}
     if known_hosts is not None:
         data["known_hosts"] = known_hosts
     return secret(name, ns, data)
-
-
-def https_secret(name: str, ns: str, server: HttpsGitServer, user: str, password: str) -> Any:
-    return secret(name, ns, {"username": user, "password": password, "ca.crt": server.ca_pem})
 
 
 def mirror_of(provider_name: str, ns: str, url: str, **spec: Any) -> str:
@@ -107,25 +85,6 @@ def mirror_of(provider_name: str, ns: str, url: str, **spec: Any) -> str:
 
 def cm_path(ns: str, name: str, folder: str = "mirror") -> str:
     return f"{folder}/{ns}/core/configmaps/{name}.yaml"
-
-
-def wait_condition(
-    cp: ControlPlane,
-    kind: str,
-    name: str,
-    ns: str,
-    ctype: str,
-    status: str,
-    reason: str | None = None,
-    timeout: float = 60,
-) -> dict[str, Any]:
-    def check() -> dict[str, Any] | None:
-        cond = condition(cp, kind, name, ns, ctype)
-        if cond and cond["status"] == status and reason in (None, cond["reason"]):
-            return cond
-        return None
-
-    return wait_for(check, timeout=timeout, what=f"{kind} {name} {ctype}={status} {reason or ''}")
 
 
 def status_of(cp: ControlPlane, kind: str, name: str, ns: str) -> dict[str, Any]:

@@ -324,13 +324,28 @@ class ControlPlane:
         ctx.load_cert_chain(cert, key)
         return ctx
 
+    def user_kubeconfig(self, user: str, group: str | None = None) -> Path:
+        """A kubeconfig of a client certificate for `user` (in `group`; never system:masters):
+        what that user may do is what RBAC grants it."""
+        pair = self.ca.issue(user, organization=group, client=True)
+        return self._write(
+            f"kubeconfig-{user}", kubeconfig_yaml(self.server, self.ca.cert_pem, pair)
+        )
+
     def kubectl(
-        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+        self,
+        *args: str,
+        input: str | None = None,
+        check: bool = True,
+        timeout: float = 60,
+        kubeconfig: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run kubectl against this control plane; raise with its stderr when `check` fails."""
+        """Run kubectl against this control plane (as the admin unless `kubeconfig` names
+        another user); raise with its stderr when `check` fails."""
         assert self.bin_dir is not None, "control plane not started"
+        config = kubeconfig or self.kubeconfig
         done = subprocess.run(
-            [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            [str(self.bin_dir / "kubectl"), f"--kubeconfig={config}", *args],
             input=input,
             capture_output=True,
             text=True,
