@@ -228,7 +228,7 @@ def test_host_key_unknown_mismatch_other_type_and_revoked() -> None:
 
 
 def test_a_refused_credential_is_not_offered_again() -> None:
-    creds = Credentials.from_secret_data({"username": b"u", "password": b"pw"})
+    creds = Credentials.from_secret_data({"username": b"bot-7f3a", "password": b"pw"})
     callbacks = remote_callbacks(creds, "https://git.example/r.git")
     first = callbacks.credentials(
         "https://git.example/r.git", None, CredentialType.USERPASS_PLAINTEXT
@@ -238,6 +238,17 @@ def test_a_refused_credential_is_not_offered_again() -> None:
         callbacks.credentials("https://git.example/r.git", None, CredentialType.USERPASS_PLAINTEXT)
     assert info.value.reason is GitFailure.AUTHENTICATION_FAILED
     assert "pw" not in str(info.value)
+    assert "bot-7f3a" not in str(info.value)  # not even the Secret's username reaches status
+
+
+def test_a_refused_ssh_key_never_names_the_secrets_username() -> None:
+    private, _, _ = _ed25519()
+    creds = Credentials.from_secret_data({"identity": private, "username": b"bot-7f3a"})
+    callbacks = remote_callbacks(creds, "ssh://git.example/r.git")
+    callbacks.credentials("ssh://git.example/r.git", None, CredentialType.SSH_MEMORY)
+    with pytest.raises(TransportRefused) as info:
+        callbacks.credentials("ssh://git.example/r.git", None, CredentialType.SSH_MEMORY)
+    assert "bot-7f3a" not in str(info.value)
 
 
 def test_ssh_username_comes_from_the_url_or_defaults_to_git() -> None:

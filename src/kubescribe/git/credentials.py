@@ -311,7 +311,10 @@ class GitCallbacks(pygit2.RemoteCallbacks):
                     f"({', '.join(SSH_KEY_NAMES)})",
                 )
             unchecked = " (or its passphrase is wrong)" if key.passphrase else ""
-            self._offer_once(f"SSH key {key.fingerprint} for user {ssh_user!r}", unchecked)
+            # The user is named only when the URL gives it: a Secret's username is never echoed.
+            url_user = username_from_url or self._user
+            user = f" for user {url_user!r}" if url_user else ""
+            self._offer_once(f"SSH key {key.fingerprint}{user}", unchecked)
             return pygit2.KeypairFromMemory(
                 ssh_user, key.public_line, key.private_key, key.passphrase
             )
@@ -323,7 +326,7 @@ class GitCallbacks(pygit2.RemoteCallbacks):
                     f"the server refused the {what} and the Secret has no username/password "
                     "or token",
                 )
-            self._offer_once(f"the password of user {creds.username!r}")
+            self._offer_once("the username and password of the Secret")
             return pygit2.UserPass(creds.username, creds.password)
         if allowed_types & CredentialType.USERNAME:
             return pygit2.Username(ssh_user)
