@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
@@ -15,6 +16,15 @@ from kubescribe.server.health import health_app, serve
 log = structlog.get_logger(__name__)
 
 
+@dataclass(frozen=True)
+class Sharing:
+    """How replicas share the writers ('' replica id: one replica writes everything)."""
+
+    replica_id: str = ""
+    lease_namespace: str = "default"
+    lease_duration: float = 10.0
+
+
 async def run_operator(
     kubeconfig: Path | None,
     context: str | None,
@@ -24,17 +34,28 @@ async def run_operator(
     allow_file_urls: bool = False,
     probe_interval: float = 300.0,
     cross_namespace_sources: bool = True,
+    sharing: Sharing | None = None,
     attribution_options: AttributionOptions | None = None,
 ) -> None:
     sites = contextlib.AsyncExitStack()  # audit receiver, admission webhook, fact store
     att = await sites.enter_async_context(attribution(attribution_options or AttributionOptions()))
     client = await KubeClient.connect(kubeconfig, context)
+    sharing = sharing or Sharing()
     settings = Settings(
         cache_dir=cache_dir,
         allow_file_urls=allow_file_urls,
         probe_interval=probe_interval,
         cross_namespace_sources=cross_namespace_sources,
+        replica_id=sharing.replica_id,
+        lease_namespace=sharing.lease_namespace,
+        lease_duration=sharing.lease_duration,
     )
+    redis_url = (attribution_options or AttributionOptions()).redis_url
+    if redis_url:
+        # Imported only when configured, like the fact store: redis-py costs about 20 MB.
+        from kubescribe.store.redis_cursors import RedisCursorStore  # noqa: PLC0415
+
+        settings.cursors = RedisCursorStore(redis_url)
     settings.resolver, settings.request_authors = att.resolver, att.requests
     manager = Manager(client, settings)
     runner = None
@@ -48,5 +69,6 @@ async def run_operator(
         if runner is not None:
             await runner.cleanup()
         await client.close()
+        await settings.cursors.close()
         await sites.aclose()
         log.info("operator.stopped")

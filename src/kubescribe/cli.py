@@ -15,7 +15,7 @@ import structlog
 from kubescribe import __version__
 from kubescribe import logging as klog
 from kubescribe.api.crds import render_crds
-from kubescribe.app import run_operator
+from kubescribe.app import Sharing, run_operator
 from kubescribe.controller.snapshot import (
     Selection,
     SnapshotError,
@@ -96,7 +96,7 @@ def _attribution_options(command: Callable[..., None]) -> Callable[..., None]:
         click.option(
             "--redis-url",
             default="",
-            help="Share audit facts and CommitRequest authors through Redis Streams "
+            help="Share audit facts, CommitRequest authors and watch resume cursors through Redis "
             "('' = in memory).",
         ),
         click.option(
@@ -163,6 +163,27 @@ def _attribution_options(command: Callable[..., None]) -> Callable[..., None]:
     help="Lockdown: refuse every WatchRule sourceNamespace other than the rule's own, whatever "
     "the Namespaces grant (and do not watch Namespaces).",
 )
+@click.option(
+    "--replica-id",
+    envvar="POD_NAME",
+    default="",
+    help="Share the work with other replicas through Leases, as this replica ('' = a single "
+    "replica that writes everything). Defaults to $POD_NAME.",
+)
+@click.option(
+    "--lease-namespace",
+    envvar="POD_NAMESPACE",
+    default="default",
+    show_default=True,
+    help="Namespace of the membership and writer Leases. Defaults to $POD_NAMESPACE.",
+)
+@click.option(
+    "--lease-duration",
+    type=click.FloatRange(min=2),
+    default=10.0,
+    show_default=True,
+    help="Seconds after which a replica that stopped renewing its Leases is replaced.",
+)
 @_attribution_options
 def run(
     kubeconfig: Path | None,
@@ -173,6 +194,9 @@ def run(
     allow_file_urls: bool,
     probe_interval: float,
     no_cross_namespace_sources: bool,
+    replica_id: str,
+    lease_namespace: str,
+    lease_duration: float,
     **attribution: Any,
 ) -> None:
     """Run the operator until SIGTERM/SIGINT; pending writes are flushed on the way out."""
@@ -189,6 +213,7 @@ def run(
         allow_file_urls=allow_file_urls,
         probe_interval=probe_interval,
         cross_namespace_sources=not no_cross_namespace_sources,
+        sharing=Sharing(replica_id, lease_namespace, lease_duration),
         attribution_options=attribution_options,
     )
     asyncio.run(_until_signal(operator))

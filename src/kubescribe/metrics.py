@@ -140,3 +140,33 @@ COMMIT_REQUESTS = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+CURSOR_SAVES = Counter(
+    "kubescribe_cursor_saves_total",
+    "Resume cursors saved after a push, by result (ok, error).",
+    ["result"],
+    registry=REGISTRY,
+)
+CURSOR_LAG = Histogram(
+    "kubescribe_cursor_save_lag_seconds",
+    "Time from a push to its resume cursor being saved (the journal lag).",
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30),
+    registry=REGISTRY,
+)
+LEASE_TRANSITIONS = Counter(
+    "kubescribe_writer_lease_transitions_total",
+    "Branch writer Leases acquired, released (hand-over), or lost by this replica.",
+    ["event"],
+    registry=REGISTRY,
+)
+OWNED_WRITERS = Gauge(
+    "kubescribe_owned_writers", "Branch writers this replica owns.", registry=REGISTRY
+)
+LIVE_REPLICAS = Gauge(
+    "kubescribe_live_replicas", "Replicas with a live membership Lease.", registry=REGISTRY
+)
+HANDOVER = Histogram(
+    "kubescribe_handover_seconds",
+    "Time to hand a branch writer over: flush its batch, push, save cursors, release.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)

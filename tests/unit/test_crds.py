@@ -187,6 +187,7 @@ def test_status_fields() -> None:
         "retainedDocuments",
         "streams",
         "encryption",
+        "owner",
     }
     assert {"normalizedUrl", "signingKey"} <= _at("GitProvider", ".status")["properties"].keys()
     assert "resolvedResources" in _at("ClusterWatchRule", ".status")["properties"]

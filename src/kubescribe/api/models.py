@@ -563,6 +563,11 @@ class GitTargetStatus(Status):
     )
     streams: int | None = Field(None, ge=0, description="Watch streams feeding this target.")
     encryption: EncryptionStatus | None = Field(None, description="Encryption in effect.")
+    owner: str | None = Field(
+        None,
+        max_length=253,
+        description="Replica that writes this target (when replicas share the work).",
+    )
 
 
 # --- WatchRule / ClusterWatchRule --------------------------------------------------------

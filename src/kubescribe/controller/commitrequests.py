@@ -81,6 +81,11 @@ class TargetAccess:
     plan: TargetPlan | None
     worker: BranchWorker | None = None
     informers: Sequence[Informer] = ()
+    elsewhere: bool = False  # written by another replica: that replica handles its requests
+
+
+class _Elsewhere(Exception):
+    """The target's writer moved to another replica, which takes the request over."""
 
 
 @dataclass(frozen=True)
@@ -189,6 +194,11 @@ def target_problem(plan: TargetPlan | None) -> tuple[str, str] | None:
     if plan.spec is not None and plan.spec.suspend:
         return c.SUSPENDED, f"GitTarget {plan.key} is suspended (spec.suspend)"
     return None
+
+
+def _target_of(key: ObjectKey, obj: Mapping[str, Any]) -> TargetKey:
+    ref = (obj.get("spec") or {}).get("targetRef") or {}
+    return TargetKey(key[0], str(ref.get("name") or ""))
 
 
 def _version(rv: str | None) -> int | None:
@@ -320,11 +330,16 @@ class CommitRequests:
             if running[0] == uid:
                 return
             self._cancel(key)  # deleted and created again under the same name
-        if is_final(obj):
+        if is_final(obj) or self.lookup(_target_of(key, obj)).elsewhere:
             return
         task = asyncio.create_task(self._handle(key, obj), name=f"commitrequest {key}")
         self._tasks[key] = (uid, task)
         task.add_done_callback(functools.partial(self._done, key))
+
+    def reconsider(self) -> None:
+        """Pick up requests of targets whose writer came to this replica."""
+        for key in list(self._objects):
+            self._consider(key)
 
     def _cancel(self, key: ObjectKey) -> None:
         running = self._tasks.pop(key, None)
@@ -340,6 +355,8 @@ class CommitRequests:
         state = _State(obj, dict(obj.get("status") or {}))
         try:
             final = await self._process(key, state)
+        except _Elsewhere:
+            return
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # never leave a request without a word
@@ -397,6 +414,8 @@ class CommitRequests:
         waiting_said = False
         while True:
             access = self.lookup(target)
+            if access.elsewhere:
+                raise _Elsewhere()
             problem = target_problem(access.plan)
             if problem is None and access.worker is not None:
                 return access

@@ -17,6 +17,7 @@ import structlog
 from kubescribe import metrics
 from kubescribe.api import conditions as c
 from kubescribe.controller.commitrequests import CommitRequests, TargetAccess
+from kubescribe.controller.cursors import CursorKeeper
 from kubescribe.controller.desired import (
     Plan,
     RulePlan,
@@ -27,6 +28,7 @@ from kubescribe.controller.desired import (
 )
 from kubescribe.controller.encryption import EncryptionResolver
 from kubescribe.controller.providers import Providers
+from kubescribe.controller.shards import Shards
 from kubescribe.controller.status import Cond, StatusWriter, kstatus, rfc3339
 from kubescribe.controller.streams import StreamSpec, TargetStream
 from kubescribe.git.targets import Committer, TargetConfig, WriteReport
@@ -34,11 +36,13 @@ from kubescribe.git.worker import BranchWorker
 from kubescribe.kube.client import ApiError, KubeClient
 from kubescribe.kube.discovery import Discovered, discover
 from kubescribe.kube.informer import Informer, ObjectKey
+from kubescribe.kube.leases import LeaseClient
 from kubescribe.mirror.authors import AttributionMode, AuthorResolver, CommitRequestAuthors
 from kubescribe.mirror.changes import Cursor, TargetKey
 from kubescribe.mirror.identity import ResourceType
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY, NoisePolicy
 from kubescribe.mirror.window import WindowPolicy, parse_duration
+from kubescribe.store.cursors import CursorStore, NoCursorStore
 
 log = structlog.get_logger(__name__)
 
@@ -71,6 +75,10 @@ class Settings:
     probe_interval: float = 300.0
     credentials_refresh: float = 10.0
     cross_namespace_sources: bool = True  # False: refuse every WatchRule sourceNamespace elsewhere
+    cursors: CursorStore = field(default_factory=NoCursorStore)  # resume cursors (Redis: HA)
+    replica_id: str = ""  # set: share the branch writers with other replicas through Leases
+    lease_namespace: str = "default"
+    lease_duration: float = 10.0
 
 
 class _Cache:
@@ -118,6 +126,17 @@ class Manager:
         self._discovered: dict[tuple[str, str, str], tuple[Discovered, float]] = {}
         self._streams: dict[str, _Running] = {}
         self._workers: dict[WorkerKey, BranchWorker] = {}
+        self._cursors = CursorKeeper(self.settings.cursors)
+        self._shards: Shards | None = None
+        if self.settings.replica_id:
+            self._shards = Shards(
+                LeaseClient(client, self.settings.lease_namespace),
+                self.settings.replica_id,
+                duration=self.settings.lease_duration,
+                renew_every=self.settings.lease_duration / 5,
+                on_change=self._poke.set,
+            )
+        self._owned: frozenset[WorkerKey] = frozenset()
         self._reports: dict[TargetKey, WriteReport] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._status = StatusWriter(client)
@@ -153,6 +172,10 @@ class Manager:
             self._tasks = [asyncio.create_task(i.run()) for i in own + triggers]
             self._tasks.append(asyncio.create_task(self._discovery_loop()))
             self._tasks.append(asyncio.create_task(self._requests.run()))
+            self._tasks.append(asyncio.create_task(self._cursors.run()))
+            if self._shards is not None:
+                await self._shards.tick()  # join before the first plan: writers spread at once
+                self._tasks.append(asyncio.create_task(self._shards.run()))
             await asyncio.gather(*(i.synced.wait() for i in own))
             while True:
                 try:
@@ -178,6 +201,9 @@ class Manager:
             *(w.stop(timeout=20) for w in self._workers.values()), return_exceptions=True
         )
         self._workers.clear()
+        await self._cursors.flush()
+        if self._shards is not None:
+            await self._shards.stop()  # the others take the writers over at once
         self._providers.close()
 
     # -- discovery -------------------------------------------------------------------------
@@ -235,7 +261,13 @@ class Manager:
         for key in self._encryption.take_resyncs():  # re-list: refused documents can be written
             if (running := self._streams.pop(key, None)) is not None:
                 running.task.cancel()
-        self._apply_streams()
+                self._cursors.drop(key)
+        await self._apply_streams()
+        owned = frozenset(self._workers)
+        if owned != self._owned:
+            self._owned = owned
+            metrics.OWNED_WRITERS.set(len(owned))
+            self._requests.reconsider()
         self.synced = all(r.informer.synced.is_set() for r in self._streams.values())
         await self._write_statuses()
 
@@ -244,12 +276,20 @@ class Manager:
         for target in self.plan.targets.values():
             if target.writable:
                 by_worker.setdefault(target.worker_key, []).append(target)
+        shards = self._shards
+        if shards is not None:
+            shards.want(by_worker)
         for key, worker in list(self._workers.items()):
-            if key not in by_worker:
+            handover = shards is not None and shards.handing_over(key)
+            lost = shards is not None and not shards.owns(key)
+            if key not in by_worker or handover or lost:
                 del self._workers[key]
                 self._providers.drop_worker(key)
-                self._tasks.append(asyncio.create_task(_stop(worker)))
+                stopping = self._hand_over(key, worker) if handover else _stop(worker)
+                self._tasks.append(asyncio.create_task(stopping))
         for key, targets in by_worker.items():
+            if shards is not None and (not shards.owns(key) or shards.handing_over(key)):
+                continue  # another replica writes this branch
             existing = self._workers.get(key)
             provider = targets[0].provider
             assert provider is not None and provider.spec is not None
@@ -274,6 +314,16 @@ class Manager:
             worker.configure([self._target_config(t) for t in targets])
             self._providers.assign(key, [t.provider.key for t in targets if t.provider], worker)
 
+    async def _hand_over(self, key: WorkerKey, worker: BranchWorker) -> None:
+        """Write and push what the worker holds, save its cursors, then let the Lease go."""
+        assert self._shards is not None
+        started = time.monotonic()
+        await worker.stop(timeout=20)
+        await self._cursors.flush()
+        await self._shards.release(key)
+        metrics.HANDOVER.observe(time.monotonic() - started)
+        log.info("writer.handed_over", branch=key.branch, seconds=time.monotonic() - started)
+
     def _target_config(self, target: TargetPlan) -> TargetConfig:
         assert target.spec is not None and target.provider is not None and target.provider.spec
         messages = target.provider.spec.commit.message
@@ -296,6 +346,8 @@ class Manager:
         plan = self.plan.targets.get(key)
         if plan is None or not plan.writable:
             return TargetAccess(plan)
+        if self._shards is not None and plan.worker_key not in self._workers:
+            return TargetAccess(plan, elsewhere=not self._shards.owns(plan.worker_key))
         informers = [
             self._streams[s.key].informer
             for s in self.plan.streams_of(key)
@@ -303,28 +355,47 @@ class Manager:
         ]
         return TargetAccess(plan, self._workers.get(plan.worker_key), informers)
 
-    def _apply_streams(self) -> None:
-        wanted = self.plan.streams
+    async def _apply_streams(self) -> None:
+        """Run the streams of the targets written here (all of them without sharding)."""
+        wanted = {
+            key: spec
+            for key, spec in self.plan.streams.items()
+            if self.plan.targets[spec.target].worker_key in self._workers
+        }
         for key, running in list(self._streams.items()):
             if wanted.get(key) != running.spec:
                 running.task.cancel()
                 del self._streams[key]
+                self._cursors.drop(key)
         for key, spec in wanted.items():
             if key in self._streams:
                 continue
             worker = self._workers[self.plan.targets[spec.target].worker_key]
-            sink = TargetStream(spec, self.settings.noise, worker.submit)
+            sink = TargetStream(
+                spec, self.settings.noise, worker.submit, ack_now=self._cursors.acked_at_once
+            )
+            try:
+                resume = await self.settings.cursors.load(key, sink.fingerprint)
+            except Exception as exc:  # the store is down: list afresh, which is always right
+                log.warning("cursor.load_failed", error=str(exc) or type(exc).__name__)
+                resume = None
+            sink.journal = self._cursors.journal(key, sink.fingerprint)
             informer = Informer(
                 self.client,
                 spec.rtype,
                 sink,
                 namespace=spec.namespace,
                 label_selector=spec.server_selector,
+                resume_from=resume.resource_version if resume else None,
+                known=resume.known if resume else (),
             )
             self._streams[key] = _Running(spec, informer, asyncio.create_task(informer.run()))
         metrics.STREAMS.set(len(self._streams))
 
     def _on_report(self, report: WriteReport) -> None:
+        previous = self._reports.get(report.target)
+        if report.commit and (previous is None or previous.commit != report.commit):
+            log.info("target.pushed", target=str(report.target), commit=report.commit)
         self._reports[report.target] = report
         target = self.plan.targets.get(report.target)
         if target is not None and target.writable:
@@ -332,20 +403,21 @@ class Manager:
         self._poke.set()
 
     def _on_pushed(self, cursors: list[Cursor]) -> None:
-        """The ack seam: a durable cursor store (HA) records these; in memory nothing to do."""
+        """The ack: these changes are in Git, so their streams' cursors may move."""
+        self._cursors.acked(cursors)
 
     # -- status ----------------------------------------------------------------------------
     async def _write_statuses(self) -> None:
         caches, plan = self._caches, self.plan
         for key, obj in list(caches["GitProvider"].objects.items()):
             p = plan.providers.get(key)
-            if p is None:
+            if p is None or not self._speaks_for(f"GitProvider/{key[0]}/{key[1]}"):
                 continue
             conds, extra = self._providers.status(p)
             await self._status.write(obj, "gitproviders", conds, extra)
         for (ns, name), obj in list(caches["GitTarget"].objects.items()):
             t = plan.targets.get(TargetKey(ns, name))
-            if t is not None:
+            if t is not None and self._writes_status_of(t):
                 conds, extra = self._target_status(t)
                 await self._status.write(obj, "gittargets", conds, extra)
         for kind, plural in (
@@ -354,7 +426,7 @@ class Manager:
         ):
             for key, obj in list(caches[kind].objects.items()):
                 r = plan.rules.get((kind, key))
-                if r is None:
+                if r is None or not self._speaks_for(f"{kind}/{key[0]}/{key[1]}"):
                     continue
                 domain = self._rule_conditions(r)
                 await self._status.write(
@@ -363,6 +435,18 @@ class Manager:
                     domain + kstatus(domain, progressing=None),
                     {"resolvedResources": list(r.resolved)},
                 )
+
+    def _speaks_for(self, name: str) -> bool:
+        """Whether this replica writes the status of an object no writer Lease covers."""
+        return self._shards is None or self._shards.mine(name)
+
+    def _writes_status_of(self, t: TargetPlan) -> bool:
+        """A GitTarget's status comes from the replica that writes it (its writer's owner)."""
+        if self._shards is None:
+            return True
+        if t.writable:
+            return t.worker_key in self._workers
+        return self._shards.mine(f"GitTarget/{t.key}")
 
     def _rule_conditions(self, r: RulePlan) -> list[Cond]:
         if r.problem:
@@ -418,6 +502,8 @@ class Manager:
         synced = sum(1 for r in streams if r.informer.synced.is_set())
         progressing = None
         extra: dict[str, Any] = {"streams": len(streams)}
+        if self._shards is not None and t.writable:
+            extra["owner"] = self._shards.identity
         if t.spec is not None and t.spec.suspend and t.problem is None:
             domain.append(
                 Cond(c.READY, "False", c.SUSPENDED, "Writes are suspended (spec.suspend)")
@@ -435,7 +521,11 @@ class Manager:
                 )
             )
             report = self._reports.get(t.key)
-            if report is None:
+            if report is None and streams and all(r.informer.resumed for r in streams):
+                domain.append(
+                    Cond(c.PUSHED, "True", c.PUSHED, "Resumed from the saved watch cursors")
+                )
+            elif report is None:
                 progressing = "Waiting for the first write"
             else:
                 extra.update(documents=report.documents, retainedDocuments=report.retained)

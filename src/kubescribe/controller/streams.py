@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kubescribe import metrics
+from kubescribe.controller.cursors import StreamJournal
 from kubescribe.kube.informer import ObjectKey
 from kubescribe.mirror.changes import Change, Cursor, Operation, Snapshot, TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
@@ -47,7 +50,11 @@ class StreamSpec:
 
 
 class TargetStream:
-    """The informer's sink for one StreamSpec."""
+    """The informer's sink for one StreamSpec.
+
+    With a `journal`, every event's object key is recorded for the resume cursor; an event
+    that is filtered out while nothing of the stream waits in the worker is acknowledged at
+    once (`ack_now`), so a stream of only filtered events still moves its cursor."""
 
     def __init__(
         self,
@@ -55,11 +62,25 @@ class TargetStream:
         noise: NoisePolicy,
         submit: Callable[[Change | Snapshot], None],
         clock: Callable[[], float] = time.monotonic,
+        *,
+        journal: StreamJournal | None = None,
+        ack_now: Callable[[str, str], None] | None = None,
     ) -> None:
         self.spec = spec
         self.noise = noise
         self.submit = submit
         self.clock = clock
+        self.journal = journal
+        self.ack_now = ack_now
+
+    @property
+    def fingerprint(self) -> str:
+        """What a resume cursor of this stream depends on besides its key."""
+        spec = self.spec
+        text = json.dumps(
+            [list(spec.selectors), sorted(spec.operations)], sort_keys=True, default=str
+        )
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def _identity(self, namespace: str, name: str) -> Identity:
         rtype = self.spec.rtype
@@ -92,6 +113,8 @@ class TargetStream:
             for (ns, name), obj in objects.items()
             if self._keep(obj)
         }
+        if self.journal is not None:
+            self.journal.snapshot(rv, objects)
         ops = self.spec.operations
         gone = (
             frozenset(self._identity(*k) for k in deleted)
@@ -111,6 +134,18 @@ class TargetStream:
         )
 
     async def on_event(self, event_type: str, obj: dict[str, Any], rv: str) -> None:
+        change = self._change(event_type, obj, rv)
+        if self.journal is not None:
+            meta = obj.get("metadata") or {}
+            key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+            present = event_type != "DELETED"
+            acked = self.journal.event(rv, key, present, submitted=change is not None)
+            if acked and self.ack_now is not None:
+                self.ack_now(self.spec.key, rv)
+        if change is not None:
+            self.submit(change)
+
+    def _change(self, event_type: str, obj: dict[str, Any], rv: str) -> Change | None:
         operation = _OPERATIONS.get(event_type)
         meta = obj.get("metadata") or {}
         if operation is not None and operation is not Operation.DELETE:
@@ -118,20 +153,18 @@ class TargetStream:
                 # Only client-side selectors get here: the object left the selection.
                 operation = Operation.DELETE
             elif not self._keep(obj):
-                return
+                return None
         if operation is None or operation not in self.spec.operations:
-            return
-        self.submit(
-            Change(
-                target=self.spec.target,
-                operation=operation,
-                identity=self._identity(str(meta.get("namespace") or ""), str(meta["name"])),
-                rtype=self.spec.rtype,
-                document=None if operation is Operation.DELETE else self._document(obj),
-                observed_at=self.clock(),
-                cursor=Cursor(self.spec.key, rv),
-                uid=str(meta.get("uid") or ""),
-            )
+            return None
+        return Change(
+            target=self.spec.target,
+            operation=operation,
+            identity=self._identity(str(meta.get("namespace") or ""), str(meta["name"])),
+            rtype=self.spec.rtype,
+            document=None if operation is Operation.DELETE else self._document(obj),
+            observed_at=self.clock(),
+            cursor=Cursor(self.spec.key, rv),
+            uid=str(meta.get("uid") or ""),
         )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -78,7 +78,11 @@ class Informer:
         idle_timeout: float = 70.0,
         server_timeout: int = 300,
         page_size: int = 500,
+        resume_from: str | None = None,
+        known: Iterable[ObjectKey] = (),
     ) -> None:
+        """`resume_from`: watch from this resourceVersion instead of listing, with `known`
+        the objects the stream had delivered by then (a 410 re-lists and diffs with them)."""
         self.client = client
         self.rtype = rtype
         self.sink = sink
@@ -88,10 +92,13 @@ class Informer:
         self.server_timeout = server_timeout
         self.page_size = page_size
         self.path = resource_path(rtype, namespace)
-        self.rv: str | None = None
+        self.rv: str | None = resume_from or None
         self.synced = asyncio.Event()
-        self._known: dict[ObjectKey, str] = {}
+        self._known: dict[ObjectKey, str] = dict.fromkeys(known, "") if self.rv else {}
         self._watch_list = True
+        self.resumed = self.rv is not None
+        if self.resumed:
+            self.synced.set()  # its state is the stored one; the watch brings what came since
 
     @property
     def known(self) -> Mapping[ObjectKey, str]:
