@@ -258,6 +258,18 @@ def test_flag_problems_are_reported() -> None:
     assert "--audit-client-ca" in problems
     assert "not a DNS label" in problems
     assert "negative" in problems
+    odd = AttributionOptions(
+        audit_route="a=",
+        audit_extra_routes=("b=*,x",),
+        audit_max_body=32 * 1024 * 1024,
+        webhook_addr="127.0.0.1:1",
+        webhook_client_cns=("*", "x"),
+    )
+    problems = " | ".join(odd.problems())
+    assert "no client identity after '='" in problems
+    assert "'*' cannot be combined" in problems
+    assert "--audit-max-body must be between 1024 and 16777216" in problems
+    assert "--webhook-client-cn" in problems
 
 
 def test_the_admission_webhook_refuses_to_start_without_client_authentication(pki: Pki) -> None:
