@@ -25,7 +25,9 @@ from kubescribe.controller.snapshot import (
 from kubescribe.git.targets import Committer
 from kubescribe.kube.client import KubeClient
 from kubescribe.kube.discovery import Discovered
-from kubescribe.server.attribution import AttributionOptions
+from kubescribe.server.admission import DEFAULT_CLIENT
+from kubescribe.server.attribution import MAX_AUDIT_BODY, AttributionOptions
+from kubescribe.server.audit import DEFAULT_MAX_BODY, DEFAULT_MAX_EVENTS
 
 log = structlog.get_logger(__name__)
 
@@ -69,21 +71,31 @@ def _attribution_options(command: Callable[..., None]) -> Callable[..., None]:
             "--audit-route",
             default="local",
             show_default=True,
-            help="Route of this cluster: the apiserver posts to /audit-webhook/<route>. "
-            "`name=cn1,cn2` binds it to client certificate CNs.",
+            help="Route of this cluster: the apiserver posts to /audit-webhook/<route>. Only a "
+            "client certificate named kubescribe-audit-<route> (CN or DNS/URI SAN) may post; "
+            "`name=id1,id2` names others, `name=*` accepts any the client CA signs.",
         ),
         click.option(
             "--audit-extra-route",
             "audit_extra_routes",
             multiple=True,
-            help="More accepted routes (other clusters; their facts are kept apart). Repeatable.",
+            help="More accepted routes (other clusters; their facts are kept apart), same "
+            "syntax. Repeatable.",
         ),
         click.option(
             "--audit-max-body",
-            type=click.IntRange(min=1024),
-            default=32 * 1024 * 1024,
+            type=click.IntRange(min=1024, max=MAX_AUDIT_BODY),
+            default=DEFAULT_MAX_BODY,
             show_default=True,
-            help="Largest audit batch in bytes (413 beyond).",
+            help="Largest audit batch in bytes (413 beyond; a body that could decode to more "
+            "than 64 MiB is refused too).",
+        ),
+        click.option(
+            "--audit-max-events",
+            type=click.IntRange(min=1),
+            default=DEFAULT_MAX_EVENTS,
+            show_default=True,
+            help="Most events in one audit batch (413 beyond).",
         ),
         click.option(
             "--attribution-grace",
@@ -114,7 +126,17 @@ def _attribution_options(command: Callable[..., None]) -> Callable[..., None]:
         click.option(
             "--webhook-client-ca",
             type=path,
-            help="Require admission clients to present a certificate signed by this CA.",
+            help="CA (PEM) that signs kube-apiserver's admission client certificate "
+            "(required with --webhook-addr).",
+        ),
+        click.option(
+            "--webhook-client-cn",
+            "webhook_client_cns",
+            multiple=True,
+            default=(DEFAULT_CLIENT,),
+            show_default=True,
+            help="Client certificate CN or DNS/URI SAN allowed to call the admission webhook "
+            "('*' = any the CA signs). Repeatable.",
         ),
     ]
     for option in reversed(options):
@@ -201,7 +223,8 @@ def run(
 ) -> None:
     """Run the operator until SIGTERM/SIGINT; pending writes are flushed on the way out."""
     klog.configure(log_level)
-    attribution["audit_extra_routes"] = tuple(attribution["audit_extra_routes"])
+    for many in ("audit_extra_routes", "webhook_client_cns"):
+        attribution[many] = tuple(attribution[many])
     attribution_options = AttributionOptions(**attribution)
     if problems := attribution_options.problems():
         raise click.UsageError("; ".join(problems))

@@ -80,7 +80,7 @@ PROVIDERS_BLOCKED = Gauge(
 # -- attribution (audit facts, admission records) ----------------------------------------------
 ATTRIBUTION = Counter(
     "kubescribe_attribution_total",
-    "Author lookups, by outcome (exact, delete, collection, unresolved).",
+    "Author lookups, by outcome (exact, delete, collection, ambiguous, unresolved).",
     ["outcome"],
     registry=REGISTRY,
 )
@@ -103,12 +103,21 @@ AUDIT_REQUESTS = Counter(
     registry=REGISTRY,
 )
 FACTS = Gauge(
-    "kubescribe_attribution_facts", "Facts held in the local fact index.", registry=REGISTRY
+    "kubescribe_attribution_facts",
+    "Facts held in the local fact index, by source (an audit route, @commitrequests).",
+    ["source"],
+    registry=REGISTRY,
 )
 FACTS_EVICTED = Counter(
     "kubescribe_attribution_facts_evicted_total",
-    "Facts dropped from the local fact index, by reason (capacity, expired).",
-    ["reason"],
+    "Facts dropped from the local fact index, by source and reason (capacity, expired).",
+    ["source", "reason"],
+    registry=REGISTRY,
+)
+REFUSED_REQUESTS = Counter(
+    "kubescribe_webhook_refusals_total",
+    "Audit and admission requests refused, by server (audit, admission) and reason.",
+    ["server", "reason"],
     registry=REGISTRY,
 )
 FACT_STORE_ERRORS = Counter(
@@ -119,7 +128,7 @@ FACT_STORE_ERRORS = Counter(
 )
 ADMISSION_REVIEWS = Counter(
     "kubescribe_admission_reviews_total",
-    "Admission reviews answered, by result (recorded, ignored, invalid).",
+    "Admission reviews answered, by result (recorded, ignored, oversized, failed, invalid).",
     ["result"],
     registry=REGISTRY,
 )

@@ -42,6 +42,7 @@ class Audited:
     webhook_port: int
     certs: Path
     ca: CertificateAuthority
+    client_ca: CertificateAuthority
     client: KeyPair
 
     def flags(self, *, route: str = "local", grace: str = "8") -> list[str]:
@@ -55,6 +56,7 @@ class Audited:
             f"--webhook-addr=127.0.0.1:{self.webhook_port}",
             f"--webhook-tls-cert={self.certs / 'tls.crt'}",
             f"--webhook-tls-key={self.certs / 'tls.key'}",
+            f"--webhook-client-ca={self.certs / 'client-ca.crt'}",
         ]
 
     def kubectl_as(self, who: str, *args: str, extra: tuple[str, ...] = ()) -> str:
@@ -71,7 +73,9 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Audited]:
     (certs / "tls.crt").write_bytes(serving.cert_pem)
     (certs / "tls.key").write_bytes(serving.key_pem)
     (certs / "client-ca.crt").write_bytes(client_ca.cert_pem)
-    client = client_ca.issue("kube-apiserver-audit", client=True)
+    # The names the operator binds by default: route `local`, and the admission webhook.
+    client = client_ca.issue("kubescribe-audit-local", client=True)
+    admission_client = client_ca.issue("kubescribe-admission", client=True)
     audit_port, webhook_port = free_port(), free_port()
     hook = AuditWebhook(
         url=f"https://127.0.0.1:{audit_port}/audit-webhook/local",
@@ -80,7 +84,10 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Audited]:
         mode="batch",  # blocking mode would stall the apiserver while no operator listens
     )
     cp = ControlPlane(
-        audit=hook, workdir=tmp_path_factory.mktemp("attribution-cp"), keep_workdir=True
+        audit=hook,
+        admission_client=admission_client,
+        workdir=tmp_path_factory.mktemp("attribution-cp"),
+        keep_workdir=True,
     )
     cp.start()
     try:
@@ -103,7 +110,7 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Audited]:
                 }
             ],
         )
-        yield Audited(cp, audit_port, webhook_port, certs, ca, client)
+        yield Audited(cp, audit_port, webhook_port, certs, ca, client_ca, client)
     finally:
         cp.stop()
 
@@ -321,14 +328,20 @@ def test_with_the_audit_stream_cut_off_commits_land_as_unresolved(
     assert metric(op, "kubescribe_attribution_total", 'outcome="unresolved"') >= 1
 
 
-def _post(audited: Audited, body: bytes, content_type: str = "application/json") -> int:
+def _post(
+    audited: Audited,
+    body: bytes,
+    content_type: str = "application/json",
+    client: KeyPair | None = None,
+    path: str = "",
+) -> int:
     ctx = ssl.create_default_context(cadata=audited.ca.cert_pem.decode())
     cert, key = audited.certs / "client.crt", audited.certs / "client.key"
-    cert.write_bytes(audited.client.cert_pem)
-    key.write_bytes(audited.client.key_pem)
+    cert.write_bytes((client or audited.client).cert_pem)
+    key.write_bytes((client or audited.client).key_pem)
     ctx.load_cert_chain(cert, key)
     req = urllib.request.Request(
-        f"https://127.0.0.1:{audited.audit_port}/audit-webhook/local",
+        path or f"https://127.0.0.1:{audited.audit_port}/audit-webhook/local",
         data=body,
         headers={"Content-Type": content_type},
         method="POST",
@@ -353,6 +366,19 @@ def test_hostile_audit_input_never_stops_mirroring_or_attribution(
     assert _post(audited, b'{"kind": "Pod"}') == 400
     assert _post(audited, b"{}", content_type="text/plain") == 415
     assert _post(audited, json.dumps({"kind": "EventList", "items": [junk_event]}).encode()) == 200
+    # A certificate from the same CA with another name (a kubelet's) posts no facts, and
+    # forges no CommitRequest requester.
+    kubelet = audited.client_ca.issue("system:node:w", organization="system:nodes", client=True)
+    forged = {"stage": "ResponseComplete", "verb": "create", "user": {"username": "mallory"}}
+    assert (
+        _post(
+            audited, json.dumps({"kind": "EventList", "items": [forged]}).encode(), client=kubelet
+        )
+        == 403
+    )
+    review = {"kind": "AdmissionReview", "request": {"uid": "x", "userInfo": {"username": "m"}}}
+    admission = f"https://127.0.0.1:{audited.webhook_port}/validate-commitrequests"
+    assert _post(audited, json.dumps(review).encode(), client=kubelet, path=admission) == 403
     assert op.proc is not None
     assert op.proc.poll() is None
 
@@ -361,3 +387,5 @@ def test_hostile_audit_input_never_stops_mirroring_or_attribution(
     [(author, _, _)] = authored(remote, 1)
     assert author == "alice"
     assert metric(op, "kubescribe_audit_events_total", 'outcome="skipped_no_object"') >= 1
+    refused = 'reason="client_not_allowed",server="audit"'
+    assert metric(op, "kubescribe_webhook_refusals_total", refused) == 1

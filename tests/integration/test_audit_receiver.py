@@ -13,12 +13,15 @@ from typing import Any
 
 import aiohttp
 import pytest
+from click.testing import CliRunner
 
-from kubescribe import metrics
+from kubescribe import cli, metrics
 from kubescribe.devenv.controlplane import AuditWebhook, ControlPlane, free_port
 from kubescribe.devenv.pki import CertificateAuthority, KeyPair
+from kubescribe.devenv.redis import RedisServer
 from kubescribe.mirror.authors import Author, ObjectEvent
 from kubescribe.server.attribution import Attribution, AttributionOptions, attribution
+from kubescribe.server.audit import DEFAULT_MAX_BODY
 
 
 @dataclass
@@ -27,6 +30,8 @@ class Pki:
     client_ca: CertificateAuthority
     client: KeyPair
     other_client: KeyPair
+    kubelet: KeyPair  # another certificate the same CA signed: no audit identity
+    admission: KeyPair
     dir: Path
 
     def client_context(self, client: KeyPair | None) -> ssl.SSLContext:
@@ -50,8 +55,10 @@ def pki(tmp_path: Path) -> Pki:
     return Pki(
         ca=ca,
         client_ca=client_ca,
-        client=client_ca.issue("kube-apiserver", client=True),
+        client=client_ca.issue("kubescribe-audit-local", client=True),
         other_client=client_ca.issue("other-cluster", client=True),
+        kubelet=client_ca.issue("system:node:worker", organization="system:nodes", client=True),
+        admission=client_ca.issue("kubescribe-admission", client=True),
         dir=tmp_path,
     )
 
@@ -63,12 +70,13 @@ def options(pki: Pki, **kw: Any) -> AttributionOptions:
         "audit_tls_key": pki.dir / "tls.key",
         "audit_client_ca": pki.dir / "client-ca.crt",
         "audit_route": "local",
-        "audit_extra_routes": ("bound=other-cluster",),
+        "audit_extra_routes": ("bound=other-cluster", "open=*"),
         "audit_max_body": 256 * 1024,
         "grace": 2.0,
         "webhook_addr": f"127.0.0.1:{free_port()}",
         "webhook_tls_cert": pki.dir / "tls.crt",
         "webhook_tls_key": pki.dir / "tls.key",
+        "webhook_client_ca": pki.dir / "client-ca.crt",
     }
     base.update(kw)
     return AttributionOptions(**base)
@@ -188,15 +196,15 @@ async def test_hostile_input_gets_the_right_error_and_the_receiver_keeps_working
 
 
 async def test_the_default_body_cap_takes_batches_over_aiohttps_one_mebibyte(pki: Pki) -> None:
-    opts = options(pki, audit_max_body=32 * 1024 * 1024)
+    opts = options(pki, audit_max_body=DEFAULT_MAX_BODY)
     big = json.dumps(
-        event_list(*[create_event("dora", f"u-{i}", "1", name="n" * 200) for i in range(6000)])
+        event_list(*[create_event("dora", f"u-{i}", "1", name="n" * 200) for i in range(4000)])
     ).encode()
     assert len(big) > 2 * 1024 * 1024
     async with attribution(opts):
         status, answer = await post(pki, opts, big)
     assert status == 200
-    assert answer["accepted"] == 6000
+    assert answer["accepted"] == 4000
 
 
 def review(user: dict[str, Any], *, kind: str = "CommitRequest", uid: str = "cr-1") -> bytes:
@@ -222,7 +230,7 @@ async def test_admission_webhook_allows_and_records_the_requester(
 ) -> None:
     att, opts = running
     url = f"https://{opts.webhook_addr}/validate-commitrequests"
-    ctx = pki.client_context(None)
+    ctx = pki.client_context(pki.admission)
     carol = {"username": "carol", "extra": {"example.org/email": ["carol@example.org"]}}
     async with aiohttp.ClientSession() as session:
         for body, want in (
@@ -250,6 +258,183 @@ def test_flag_problems_are_reported() -> None:
     assert "--audit-client-ca" in problems
     assert "not a DNS label" in problems
     assert "negative" in problems
+    odd = AttributionOptions(
+        audit_route="a=",
+        audit_extra_routes=("b=*,x",),
+        audit_max_body=32 * 1024 * 1024,
+        webhook_addr="127.0.0.1:1",
+        webhook_client_cns=("*", "x"),
+    )
+    problems = " | ".join(odd.problems())
+    assert "no client identity after '='" in problems
+    assert "'*' cannot be combined" in problems
+    assert "--audit-max-body must be between 1024 and 16777216" in problems
+    assert "--webhook-client-cn" in problems
+
+
+def test_the_admission_webhook_refuses_to_start_without_client_authentication(pki: Pki) -> None:
+    opts = options(pki, webhook_client_ca=None)
+    assert any("--webhook-addr needs --webhook-client-ca" in p for p in opts.problems())
+    args = [
+        "run",
+        f"--webhook-addr=127.0.0.1:{free_port()}",
+        f"--webhook-tls-cert={pki.dir / 'tls.crt'}",
+        f"--webhook-tls-key={pki.dir / 'tls.key'}",
+    ]
+    result = CliRunner().invoke(cli.main, args)
+    assert result.exit_code == 2
+    assert "--webhook-addr needs --webhook-client-ca" in result.output
+
+
+def refusals(server: str, reason: str) -> float:
+    return sample("kubescribe_webhook_refusals_total", {"server": server, "reason": reason})
+
+
+async def test_audit_routes_take_only_their_bound_client_identities(
+    pki: Pki, running: tuple[Attribution, AttributionOptions]
+) -> None:
+    att, opts = running
+    ok = json.dumps(event_list(create_event("bob", "u-9", "9"))).encode()
+    before = refusals("audit", "client_not_allowed")
+    # A kubelet's (or an admin's) certificate from the same CA posts no facts.
+    assert (await post(pki, opts, ok, client=pki.kubelet))[0] == 403
+    assert (await post(pki, opts, ok, client=pki.other_client))[0] == 403
+    assert refusals("audit", "client_not_allowed") == before + 2
+    assert not att.facts.find("local", "rv/u-9/9")
+    # The identity may also be a DNS SAN; `name=*` takes any certificate of the CA.
+    by_san = pki.client_ca.issue("audit", hosts=("kubescribe-audit-local",), client=True)
+    assert (await post(pki, opts, ok, client=by_san))[0] == 200
+    assert (await post(pki, opts, ok, route="open", client=pki.kubelet))[0] == 200
+    assert len(att.facts.find("local", "rv/u-9/9")) == 1
+
+
+async def raw_post(
+    pki: Pki, addr: str, path: str, head: bytes, body: bytes, client: KeyPair
+) -> bytes:
+    """Send `head` (headers) and `body`, then wait for the answer: the status line."""
+    host, port = addr.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(
+        host, int(port), ssl=pki.client_context(client), server_hostname="localhost"
+    )
+    try:
+        writer.write(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n")
+        writer.write(body)
+        await writer.drain()
+        return await asyncio.wait_for(reader.readline(), 10)
+    finally:
+        writer.close()
+
+
+async def test_hostile_audit_bodies_get_their_status_in_bounded_time(
+    pki: Pki, redis_server: RedisServer
+) -> None:
+    opts = options(
+        pki,
+        audit_max_body=4 * 1024 * 1024,
+        audit_max_events=100,
+        read_timeout=1.0,
+        redis_url=redis_server.url,
+    )
+    huge = create_event("u" * (1024 * 1024), "u-big", "1")
+    bodies = {
+        "deep nesting": (b'{"kind":"EventList","items":' + b"[" * 1_000_000, 400),
+        "non-UTF-8": (b'{"kind":"EventList","items":["\xff\xfe"]}', 400),
+        "too many events": (json.dumps(event_list(*[{}] * 101)).encode(), 413),
+        # 3 MiB of empty objects would take about 75 MiB once parsed.
+        "decoded size": (json.dumps(event_list(*[{}] * 10**6)).encode(), 413),
+        "huge username": (json.dumps(event_list(huge)).encode(), 200),
+    }
+    async with attribution(opts) as att:
+        for what, (body, want) in bodies.items():
+            started = time.monotonic()
+            status, answer = await post(pki, opts, body)
+            assert (what, status) == (what, want), answer
+            assert time.monotonic() - started < 5, what
+        assert answer == {"accepted": 0, "skipped": {"skipped_oversized": 1}}
+        assert not att.facts.find("local", "rv/u-big/1")
+        # A body that never finishes: 408 after the read timeout, not a held connection.
+        head = b"Content-Type: application/json\r\nContent-Length: 1000\r\n"
+        started = time.monotonic()
+        status_line = await raw_post(
+            pki, opts.audit_addr, "/audit-webhook/local", head, b'{"kind":', pki.client
+        )
+        assert status_line.startswith(b"HTTP/1.1 408"), status_line
+        assert time.monotonic() - started < 5
+    for reason in ("not_an_event_list", "too_many_events", "decoded_too_large", "read_timeout"):
+        assert refusals("audit", reason) >= 1
+
+
+async def test_admission_takes_reviews_only_from_its_client_and_bounds_fields(
+    pki: Pki, running: tuple[Attribution, AttributionOptions]
+) -> None:
+    att, opts = running
+    assert att.requests is not None
+    url = f"https://{opts.webhook_addr}/validate-commitrequests"
+    mallory = review({"username": "mallory"}, uid="cr-forged")
+    before = refusals("admission", "client_not_allowed")
+    async with aiohttp.ClientSession() as session:
+
+        async def send(body: bytes, client: KeyPair | None) -> int:
+            headers = {"Content-Type": "application/json"}
+            ctx = pki.client_context(client)
+            async with session.post(url, data=body, headers=headers, ssl=ctx) as resp:
+                return resp.status
+
+        assert await send(mallory, None) == 401
+        assert await send(mallory, pki.client) == 403  # the audit client is not the apiserver
+        assert await send(mallory, pki.kubelet) == 403
+        assert refusals("admission", "client_not_allowed") == before + 2
+        assert await att.requests.author_of_request("ns", "save", "cr-forged") is None
+        # Over-long fields are answered (allowed) but not stored.
+        long_user = review({"username": "x" * (1024 * 1024)}, uid="cr-long")
+        assert await send(long_user, pki.admission) == 200
+        assert await att.requests.author_of_request("ns", "save", "cr-long") is None
+        assert await send(b"[" * 1_000_000, pki.admission) == 400
+        assert await send(b"{}" * (1536 * 1024), pki.admission) == 413
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+async def test_one_fact_source_cannot_evict_another(
+    pki: Pki, backend: str, redis_server: RedisServer
+) -> None:
+    redis = {"redis_url": redis_server.url} if backend == "redis" else {}
+    opts = options(pki, max_facts=20, max_request_records=5, **redis)
+    async with attribution(opts) as att:
+        assert att.requests is not None
+        url = f"https://{opts.webhook_addr}/validate-commitrequests"
+        ctx = pki.client_context(pki.admission)
+        headers = {"Content-Type": "application/json"}
+        async with aiohttp.ClientSession() as session:
+
+            async def admit(user: str, uid: str) -> None:
+                body = review({"username": user}, uid=uid)
+                async with session.post(url, data=body, headers=headers, ssl=ctx) as resp:
+                    assert resp.status == 200
+
+            await admit("carol", "cr-carol")
+            other = json.dumps(event_list(create_event("olga", "o-1", "1"))).encode()
+            assert (await post(pki, opts, other, route="bound", client=pki.other_client))[0] == 200
+            # The own cluster's route floods its own bound ...
+            for batch in range(3):
+                flood = [create_event("bot", f"f-{batch}-{i}", "1") for i in range(50)]
+                assert (await post(pki, opts, json.dumps(event_list(*flood)).encode()))[0] == 200
+            assert await att.requests.author_of_request("ns", "save", "cr-carol") == Author(
+                "carol", "carol@users.kubescribe.invalid"
+            )
+            wait_until = time.monotonic() + 10
+            while not att.facts.find("bound", "rv/o-1/1") and time.monotonic() < wait_until:
+                await att.facts.wait("bound", 1)
+            assert att.facts.find("bound", "rv/o-1/1")
+            # ... and a flood of reviews evicts no audit fact.
+            for i in range(10):
+                await admit("bot", f"cr-{i}")
+            assert att.resolver is not None
+            event = ObjectEvent("f-2-49", "1", "", "configmaps", "ns", "cm", "CREATE")
+            assert await att.resolver.author_of(event, time.monotonic()) == Author(
+                "bot", "bot@users.kubescribe.invalid"
+            )
+    source = {"source": "local"}
+    assert sample("kubescribe_attribution_facts", source) == 20
 
 
 @pytest.mark.controlplane

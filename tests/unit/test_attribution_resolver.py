@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 from kubescribe import metrics
 from kubescribe.attribution.decode import FACT_COLLECTION, FACT_DELETE, FACT_WRITE, Fact
@@ -46,15 +47,37 @@ def outcome(name: str) -> float:
     )
 
 
-async def test_exact_join_by_uid_and_resource_version_first_writer_wins() -> None:
+async def test_exact_join_by_uid_and_resource_version_a_later_no_op_does_not_count() -> None:
     store = MemoryFactStore()
-    await store.add("local", keyed([fact(FACT_WRITE, ALICE, uid="u-1", resource_version="10")]))
-    # A later no-op write returns the same version: it did not produce it.
-    await store.add("local", keyed([fact(FACT_WRITE, BOB, uid="u-1", resource_version="10")]))
+    now = time.time()
+    alice = fact(FACT_WRITE, ALICE, uid="u-1", resource_version="10", completed=now - 1)
+    # A no-op write received after alice's write completed returns the same version: it
+    # cannot have produced it (in whatever order the facts arrive).
+    no_op = fact(FACT_WRITE, BOB, uid="u-1", resource_version="10", received=now - 0.5)
+    await store.add("local", keyed([no_op]))
+    await store.add("local", keyed([alice]))
     resolver = AuditAuthorResolver(store, "local", grace=0)
     before = outcome("exact")
     assert await resolver.author_of(change(), time.monotonic()) == ALICE
     assert outcome("exact") == before + 1
+
+
+async def test_overlapping_writes_of_one_version_by_different_authors_are_ambiguous() -> None:
+    store = MemoryFactStore()
+    now = time.time()
+    first = fact(FACT_WRITE, ALICE, uid="u-1", resource_version="10", completed=now - 1)
+    # Received before alice's write completed: nothing proves which one wrote version 10.
+    rival = fact(FACT_WRITE, BOB, uid="u-1", resource_version="10", received=now - 1.5)
+    same = fact(FACT_WRITE, ALICE, uid="u-2", resource_version="3", received=now - 1.5)
+    await store.add("local", keyed([first, rival, same, replace(same, completed=now - 2)]))
+    resolver = AuditAuthorResolver(store, "local", grace=5)
+    before = outcome("ambiguous")
+    started = time.monotonic()
+    assert await resolver.author_of(change(), started) is None  # the sentinel author
+    assert time.monotonic() - started < 1  # ambiguity does not wait for the grace
+    assert outcome("ambiguous") == before + 1
+    # Facts that name the same author agree.
+    assert await resolver.author_of(change(uid="u-2", rv="3"), started) == ALICE
 
 
 async def test_routes_are_isolated() -> None:
@@ -136,18 +159,37 @@ async def test_per_object_collection_facts_count_as_collection() -> None:
 
 async def test_memory_index_is_bounded_and_counts_evictions() -> None:
     store = MemoryFactStore(max_records=3)
+    labels = {"source": "local", "reason": "capacity"}
     evicted = metrics.REGISTRY.get_sample_value(
-        "kubescribe_attribution_facts_evicted_total", {"reason": "capacity"}
+        "kubescribe_attribution_facts_evicted_total", labels
     )
     facts = [fact(FACT_WRITE, ALICE, uid=f"u-{i}", resource_version="1") for i in range(5)]
     await store.add("local", keyed(facts))
     assert len(store) == 3
     assert not store.find("local", "rv/u-0/1")
     assert store.find("local", "rv/u-4/1")
-    after = metrics.REGISTRY.get_sample_value(
-        "kubescribe_attribution_facts_evicted_total", {"reason": "capacity"}
-    )
+    after = metrics.REGISTRY.get_sample_value("kubescribe_attribution_facts_evicted_total", labels)
     assert after == (evicted or 0) + 2
+    assert (
+        metrics.REGISTRY.get_sample_value("kubescribe_attribution_facts", {"source": "local"}) == 3
+    )
+
+
+async def test_each_fact_source_has_its_own_bound() -> None:
+    store = MemoryFactStore(max_records=3, limits={"@commitrequests": 2})
+    authors = RecordedRequestAuthors(store, grace=0)
+    await authors.record("ns", "save", "cr-1", ALICE)
+    await store.add("other", keyed([fact(FACT_WRITE, BOB, uid="o-1", resource_version="1")]))
+    flood = [fact(FACT_WRITE, ADMIN, uid=f"u-{i}", resource_version="1") for i in range(50)]
+    await store.add("local", keyed(flood))
+    assert store.count("local") == 3
+    assert await authors.author_of_request("ns", "save", "cr-1") == ALICE
+    assert store.find("other", "rv/o-1/1")
+    for i in range(2, 6):
+        await authors.record("ns", f"save-{i}", f"cr-{i}", BOB)
+    assert store.count("@commitrequests") == 2
+    assert store.count("local") == 3
+    assert store.count("other") == 1
 
 
 async def test_memory_index_expires_old_records() -> None:
@@ -160,11 +202,13 @@ async def test_memory_index_expires_old_records() -> None:
     assert store.find("local", "rv/new/1")
 
 
-async def test_commit_request_authors_first_record_wins() -> None:
+async def test_commit_request_authors_conflicting_records_name_nobody() -> None:
     authors = RecordedRequestAuthors(MemoryFactStore(), grace=0)
     await authors.record("ns", "save", "cr-1", ALICE)
-    await authors.record("ns", "save", "cr-1", BOB)  # a replayed or forged review
+    await authors.record("ns", "save", "cr-1", ALICE)  # a replayed review agrees
     assert await authors.author_of_request("ns", "save", "cr-1") == ALICE
+    await authors.record("ns", "save", "cr-1", BOB)  # one uid, two requesters: neither is proven
+    assert await authors.author_of_request("ns", "save", "cr-1") is None
     assert await authors.author_of_request("ns", "save", "") == BOB  # by name: the latest
     assert await authors.author_of_request("ns", "save", "cr-other") is None
     assert await authors.author_of_request("ns", "missing", "") is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -19,14 +20,17 @@ from kubescribe.attribution.decode import (
     SKIP_INVALID,
     SKIP_NO_OBJECT,
     SKIP_NO_USER,
+    SKIP_OVERSIZED,
     SKIP_STAGE,
     SKIP_VERB,
     AuditDecodeError,
+    AuditTooLarge,
     Decoded,
     Fact,
     author_from_user,
     decode_event_list,
     decode_events,
+    json_memory_bound,
 )
 from kubescribe.attribution.facts import from_record, keys_of, to_record
 from kubescribe.mirror.authors import Author
@@ -232,6 +236,68 @@ def test_events_that_name_no_change_are_skipped_and_counted() -> None:
 def test_non_event_lists_raise_the_documented_error(body: bytes, message: str) -> None:
     with pytest.raises(AuditDecodeError, match=message):
         decode_event_list(body)
+
+
+def test_events_with_fields_over_their_caps_are_skipped_whole() -> None:
+    listed = {"kind": "ConfigMapList", "items": [cm("u-1"), {"metadata": {"uid": "u-2"}}]}
+    listed["items"][1]["metadata"]["name"] = "n" * 254
+    ref = {"resource": "configmaps", "namespace": "ns"}
+    got = decode(
+        event(user="u" * 513, response=cm()),
+        event(response=cm(uid="x" * 129)),
+        event(response=cm(rv="9" * 65)),
+        event(ref={"resource": "r" * 254}, response=cm()),
+        event(auditID="a" * 129, response=cm()),
+        event("deletecollection", ref=ref, response=listed, code=200),
+        event(user="u" * 512, response=cm()),  # at the cap: fine
+    )
+    assert got.skipped == {SKIP_OVERSIZED: 6}
+    assert [f.username for f in got.facts] == ["u" * 512]
+
+
+def test_more_events_than_the_cap_raise_too_large() -> None:
+    body = json.dumps({"kind": "EventList", "items": [{}] * 11}).encode()
+    assert decode_event_list(body, max_events=11).events == 11
+    with pytest.raises(AuditTooLarge, match="11 events, more than 10"):
+        decode_event_list(body, max_events=10)
+
+
+def _shapes(size: int) -> dict[str, bytes]:
+    """Bodies of about `size` bytes that make json.loads allocate the most per byte."""
+    n = size // 3
+
+    def items(body: bytes) -> bytes:
+        return b'{"kind":"EventList","items":[{"x":[' + body + b"]}]}"
+
+    events = [event(response=cm(uid=f"u-{i}", rv=str(i))) for i in range(size // 700)]
+    return {
+        "empty_dicts": items(b",".join([b"{}"] * n)),
+        "empty_lists": items(b",".join([b"[]"] * n)),
+        "short_strings": items(b",".join([b'"ab"'] * (size // 5))),
+        "floats": items(b",".join([b"1.5"] * (size // 4))),
+        "ints": items(b",".join([b"999"] * (size // 4))),
+        "dict_keys": items(b"{" + b",".join(b'"k%d":0' % i for i in range(size // 10)) + b"}"),
+        "ascii_string": items(b'"' + b"a" * size + b'"'),
+        "ucs4_string": items(json.dumps("\U0001f600" + "a" * size, ensure_ascii=False).encode()),
+        "ucs4_escaped": items(json.dumps("\U0001f600" + "a" * size).encode()),
+        "ucs2_string": items(json.dumps("\u0100" + "a" * size, ensure_ascii=False).encode()),
+        "latin1_strings": items(b",".join(['"\u00e9\u00e9"'.encode()] * (size // 7))),
+        "events": json.dumps({"kind": "EventList", "items": events}).encode(),
+    }
+
+
+@pytest.mark.parametrize("shape", sorted(_shapes(1)))
+def test_json_memory_bound_covers_what_json_loads_allocates(shape: str) -> None:
+    body = _shapes(256 * 1024)[shape]
+    tracemalloc.start()
+    try:
+        json.loads(body)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak <= json_memory_bound(body)
+    if shape == "events":  # real batches are not refused far below the cap
+        assert json_memory_bound(body) < 14 * len(body)
 
 
 def test_empty_event_list_is_fine() -> None:

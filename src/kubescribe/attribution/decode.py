@@ -49,6 +49,7 @@ SKIP_DRY_RUN = "skipped_dry_run"
 SKIP_NO_OBJECT = "skipped_no_object"
 SKIP_NO_USER = "skipped_no_user"
 SKIP_INVALID = "skipped_invalid"
+SKIP_OVERSIZED = "skipped_oversized"
 
 WRITE_VERBS = frozenset({"create", "update", "patch"})
 DELETE_VERBS = frozenset({"delete", "deletecollection"})
@@ -67,6 +68,19 @@ SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 USER_EMAIL_DOMAIN = "users.kubescribe.invalid"
 SERVICE_ACCOUNT_EMAIL_DOMAIN = "serviceaccount.kubescribe.invalid"
 MAX_FIELD = 256
+# Longest accepted value of each stored fact field (Kubernetes names are at most 253
+# characters; a ServiceAccount username is at most 22 + 63 + 1 + 253).
+FIELD_CAPS = {
+    "username": 512,
+    "group": 253,
+    "resource": 253,
+    "subresource": 253,
+    "namespace": 253,
+    "name": 253,
+    "uid": 128,
+    "resource_version": 64,
+    "audit_id": 128,
+}
 
 _EMAIL = re.compile(r"[A-Za-z0-9._%+\-']+@[A-Za-z0-9\-]+(\.[A-Za-z0-9\-]+)+")
 _UNSAFE_LOCAL = re.compile(r"[^A-Za-z0-9._+\-]+")
@@ -75,6 +89,29 @@ _UNSAFE_NAME = re.compile(r"[<>\x00-\x1f\x7f]+")
 
 class AuditDecodeError(ValueError):
     """The body is not a JSON audit `EventList` (the only error the decoder raises)."""
+
+
+class AuditTooLarge(AuditDecodeError):
+    """The EventList holds more events than the caller accepts."""
+
+
+# What `json.loads` can allocate for each structural byte (a value, key, container or slot
+# starts at one), measured with tracemalloc (bench/audit_decode_memory.py): `{` an empty dict,
+# `[` an empty list, `,` a float or int and its slot, `:` a dict entry (with the transient
+# table of a growing dict), `"` half a short string. Text costs at most twice the body in
+# characters (the decoded body and the parsed strings), at 1, 2 or 4 bytes a character: the
+# widest character, raw or `\u`-escaped, decides.
+_WEIGHTS = {b"{": 72, b"[": 64, b",": 40, b":": 72, b'"': 32}
+_UCS4 = re.compile(rb"[\xf0-\xff]|\\u[dD][89abAB]")
+_UCS2 = re.compile(rb"[\xc4-\xef]|\\u(?!00)")
+_BASE = 64 * 1024
+
+
+def json_memory_bound(body: bytes) -> int:
+    """An upper bound, in bytes, of what `json.loads(body)` allocates (C-speed scans only)."""
+    width = 4 if _UCS4.search(body) else 2 if _UCS2.search(body) else 1
+    structural = sum(weight * body.count(char) for char, weight in _WEIGHTS.items())
+    return _BASE + 2 * width * len(body) + structural
 
 
 @dataclass(frozen=True)
@@ -117,16 +154,17 @@ class Decoded:
         return self.events - sum(self.skipped.values())
 
 
-def decode_event_list(body: bytes | str) -> Decoded:
-    """Parse and decode one webhook body; `AuditDecodeError` if it is not an EventList."""
+def decode_event_list(body: bytes | str, max_events: int | None = None) -> Decoded:
+    """Parse and decode one webhook body; `AuditDecodeError` if it is not an EventList
+    (`AuditTooLarge` if it holds more than `max_events` events)."""
     try:
         doc = json.loads(body)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise AuditDecodeError(f"body is not JSON: {str(exc)[:200]}") from None
-    return decode_events(doc)
+    return decode_events(doc, max_events)
 
 
-def decode_events(doc: object) -> Decoded:
+def decode_events(doc: object, max_events: int | None = None) -> Decoded:
     """Decode a parsed EventList; `AuditDecodeError` if `doc` is not one."""
     if not isinstance(doc, Mapping):
         raise AuditDecodeError("body is not a JSON object")
@@ -142,6 +180,8 @@ def decode_events(doc: object) -> Decoded:
         items = []
     if not isinstance(items, list):
         raise AuditDecodeError("items is not a list")
+    if max_events is not None and len(items) > max_events:
+        raise AuditTooLarge(f"{len(items)} events, more than {max_events}")
     out = Decoded(events=len(items))
     for item in items:
         reason = _decode_event(item, out.facts)
@@ -200,8 +240,7 @@ def _decode_event(event: object, facts: list[Fact]) -> str | None:
         uid, rv = _str(meta.get("uid")), _str(meta.get("resourceVersion"))
         if not uid or not rv or response.get("kind") == "Status":
             return SKIP_NO_OBJECT
-        facts.append(_replace(base, uid=uid, resource_version=rv))
-        return None
+        return _append(facts, [_replace(base, uid=uid, resource_version=rv)])
     if verb == "delete":
         uid, rv = base.uid, ""
         if response.get("kind") == "Status":  # immediate delete: details carry the uid
@@ -213,16 +252,15 @@ def _decode_event(event: object, facts: list[Fact]) -> str | None:
             rv = _str(meta.get("resourceVersion"))
         if not uid and not base.name:
             return SKIP_NO_OBJECT
-        facts.append(_replace(base, kind=FACT_DELETE, uid=uid, resource_version=rv))
-        return None
+        return _append(facts, [_replace(base, kind=FACT_DELETE, uid=uid, resource_version=rv)])
     # deletecollection: one window fact, plus one delete fact per object the response lists.
-    facts.append(_replace(base, kind=FACT_COLLECTION, name="", uid=""))
+    found = [_replace(base, kind=FACT_COLLECTION, name="", uid="")]
     items = response.get("items")
     for item in items if isinstance(items, list) else []:
         item_meta = item.get("metadata") if isinstance(item, Mapping) else None
         if not isinstance(item_meta, Mapping) or not _str(item_meta.get("uid")):
             continue
-        facts.append(
+        found.append(
             _replace(
                 base,
                 kind=FACT_DELETE,
@@ -231,6 +269,15 @@ def _decode_event(event: object, facts: list[Fact]) -> str | None:
                 uid=_str(item_meta.get("uid")),
             )
         )
+    return _append(facts, found)
+
+
+def _append(facts: list[Fact], found: list[Fact]) -> str | None:
+    """Append the facts of one event, or none of them when a field is over its cap."""
+    for fact in found:
+        if any(len(getattr(fact, name)) > cap for name, cap in FIELD_CAPS.items()):
+            return SKIP_OVERSIZED
+    facts.extend(found)
     return None
 
 

@@ -1,8 +1,9 @@
 """Who created each CommitRequest, as recorded by the validating admission webhook.
 
 Records live in the fact index under a reserved route (audit routes are DNS labels, so they
-never collide with it). The first record for a uid wins: a later review for the same object
-(a forged or replayed one) cannot rename its author.
+never collide with it), with a bound of their own. A CommitRequest uid is created once: records
+for one uid that name different authors cannot all be true, so none is believed (the request
+then has no known requester).
 """
 
 from __future__ import annotations
@@ -68,8 +69,9 @@ class RecordedRequestAuthors:
 
     def _find(self, namespace: str, name: str, uid: str) -> Author | None:
         if uid:
-            for record in self.facts.find(ROUTE, _uid_key(uid)):
-                return _author(record)
+            named = {_author(r) for r in self.facts.find(ROUTE, _uid_key(uid))}
+            if named:
+                return named.pop() if len(named) == 1 else None
         candidates = [
             r
             for r in self.facts.find(ROUTE, _name_key(namespace, name))

@@ -9,8 +9,11 @@ Tiers, per observed change (first hit wins; the outcome is counted by tier):
   moment the delete was observed; then `exact` as below.
 - CREATE/UPDATE: `exact` — the fact whose response carried the object's uid and the
   resourceVersion of the watch event (a `/scale` patch answers with the parent's uid and new
-  resourceVersion, so it joins here too). Several facts with the same version (a later no-op
-  write returns the unchanged version) resolve to the first: the write that produced it.
+  resourceVersion, so it joins here too). Several facts may carry one version (a no-op write
+  returns the unchanged version). Facts naming the same author agree. Among facts naming
+  different authors, the earliest completed one wins only when it completed before each other
+  request was received (those can only have returned a version that already existed);
+  otherwise nothing proves who wrote the version: `ambiguous` (None, the sentinel author).
 - otherwise `unresolved` (None), after waiting at most `grace` seconds from `observed_at`.
 
 Audit only names the author (ground rule 2): nothing here changes what is written.
@@ -36,6 +39,7 @@ from kubescribe.mirror.authors import Author, ObjectEvent
 OUTCOME_EXACT = "exact"
 OUTCOME_DELETE = "delete"
 OUTCOME_COLLECTION = "collection"
+OUTCOME_AMBIGUOUS = "ambiguous"
 OUTCOME_UNRESOLVED = "unresolved"
 
 
@@ -76,7 +80,7 @@ class AuditAuthorResolver:
                 outcome, fact = found
                 metrics.ATTRIBUTION.labels(outcome).inc()
                 metrics.ATTRIBUTION_WAIT.observe(self.clock() - started)
-                return fact.author
+                return fact.author if fact is not None else None
             remaining = deadline - self.clock()
             if remaining <= 0:
                 metrics.ATTRIBUTION.labels(OUTCOME_UNRESOLVED).inc()
@@ -84,7 +88,7 @@ class AuditAuthorResolver:
                 return None
             await self.facts.wait(self.route, remaining)
 
-    def _find(self, event: ObjectEvent, observed_wall: float) -> tuple[str, Fact] | None:
+    def _find(self, event: ObjectEvent, observed_wall: float) -> tuple[str, Fact | None] | None:
         if event.operation == "DELETE":
             fact = self._first(delete_key(event.uid)) if event.uid else None
             if fact is None:
@@ -101,10 +105,19 @@ class AuditAuthorResolver:
                 if fact is not None:
                     return OUTCOME_COLLECTION, fact
         if event.uid and event.resource_version:
-            fact = self._first(version_key(event.uid, event.resource_version))
-            if fact is not None:
-                return OUTCOME_EXACT, fact
+            return self._version(version_key(event.uid, event.resource_version))
         return None
+
+    def _version(self, key: str) -> tuple[str, Fact | None] | None:
+        """The writer of one object version (see the module docstring), or ambiguous."""
+        facts = [f for f in map(from_record, self.facts.find(self.route, key)) if f is not None]
+        if not facts:
+            return None
+        first = min(facts, key=lambda f: f.completed)
+        others = [f for f in facts if f.author != first.author]
+        if all(first.completed < f.received for f in others):
+            return OUTCOME_EXACT, first
+        return OUTCOME_AMBIGUOUS, None
 
     def _first(self, key: str, accept: Callable[[Fact], bool] | None = None) -> Fact | None:
         for record in self.facts.find(self.route, key):

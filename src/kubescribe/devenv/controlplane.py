@@ -132,9 +132,12 @@ class ControlPlane:
 
     Use as a context manager or call `start()`/`stop()`. `kubeconfig` is a system:masters admin.
     Logs stay in `workdir` (kept when `keep_workdir` is set, e.g. after a failure).
+    `admission_client` is the certificate kube-apiserver presents to every admission webhook
+    (an `AdmissionConfiguration` whose kubeconfig has it as the `*` user).
     """
 
     audit: AuditWebhook | None = None
+    admission_client: KeyPair | None = None
     extra_apiserver_args: Sequence[str] = ()
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kubescribe-cp-")))
     keep_workdir: bool = False
@@ -276,6 +279,40 @@ class ControlPlane:
             args += ["--audit-webhook-batch-max-wait=1s", "--audit-webhook-initial-backoff=1s"]
         return args
 
+    def _admission_args(self) -> list[str]:
+        if self.admission_client is None:
+            return []
+        client = self.admission_client
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "users": [
+                {
+                    "name": "*",
+                    "user": {
+                        "client-certificate-data": _b64(client.cert_pem),
+                        "client-key-data": _b64(client.key_pem),
+                    },
+                }
+            ],
+        }
+        path = self._write("admission-webhooks.kubeconfig", json.dumps(kubeconfig))
+        plugin = {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "WebhookAdmissionConfiguration",
+            "kubeConfigFile": str(path),
+        }
+        config = {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "AdmissionConfiguration",
+            "plugins": [
+                {"name": name, "configuration": plugin}
+                for name in ("ValidatingAdmissionWebhook", "MutatingAdmissionWebhook")
+            ],
+        }
+        admission = self._write("admission.json", json.dumps(config))
+        return [f"--admission-control-config-file={admission}"]
+
     def _start_apiserver(self, bins: Path, etcd_url: str, timeout: float) -> None:
         port = free_port()
         self.server = f"https://127.0.0.1:{port}"
@@ -302,6 +339,7 @@ class ControlPlane:
             f"--service-account-signing-key-file={self._write('sa.key', sa_key)}",
             f"--cert-dir={certs}",
             *self._audit_args(),
+            *self._admission_args(),
             *self.extra_apiserver_args,
         ]
         proc = self._spawn("kube-apiserver", argv)

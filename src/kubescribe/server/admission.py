@@ -2,12 +2,20 @@
 CommitRequest (AdmissionReview v1 `request.userInfo`) for the CommitRequest controller.
 
 `POST /validate-commitrequests` with an AdmissionReview; the answer allows every request (also
-when recording fails: the webhook must never block the API). Bad input gets 400/415.
-Register it for `CREATE` of `commitrequests.kubescribe.io` with `failurePolicy: Ignore`.
+when recording fails: the webhook must never block the API). Register it for `CREATE` of
+`commitrequests.kubescribe.io` with `failurePolicy: Ignore`.
+
+Only kube-apiserver may call it: a verified client certificate is required (401 without one)
+whose CN or DNS/URI SAN is allowed (`clients`, 403 otherwise; by default
+`kubescribe-admission`). Bounds: `MAX_BODY` (413), the decoded-memory budget (413), a read
+timeout (408); a review whose username, name, namespace or uid is over its cap is answered
+but not recorded. Bad input gets 400/415. Refusals are counted in
+`kubescribe_webhook_refusals_total{server="admission",reason}`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -16,48 +24,71 @@ import structlog
 from aiohttp import web
 
 from kubescribe import metrics
-from kubescribe.attribution.decode import author_from_user
+from kubescribe.attribution.decode import FIELD_CAPS, author_from_user, json_memory_bound
 from kubescribe.attribution.requests import RecordedRequestAuthors
-from kubescribe.server.tls import peer_common_name
+from kubescribe.server.audit import DECODED_BUDGET, READ_TIMEOUT
+from kubescribe.server.tls import ClientPolicy, peer_identities
 
 log = structlog.get_logger(__name__)
 
 PATH = "/validate-commitrequests"
-MAX_BODY = 4 * 1024 * 1024
+MAX_BODY = 2 * 1024 * 1024  # a review of one object (etcd caps objects at 1.5 MiB)
+DEFAULT_CLIENT = "kubescribe-admission"
 
 
 def admission_app(
-    authors: RecordedRequestAuthors, *, require_client_cert: bool = False
+    authors: RecordedRequestAuthors,
+    clients: ClientPolicy,
+    *,
+    read_timeout: float = READ_TIMEOUT,
 ) -> web.Application:
+    def refuse(
+        status: int, reason: str, message: str, peer: frozenset[str] = frozenset()
+    ) -> web.Response:
+        metrics.ADMISSION_REVIEWS.labels("invalid").inc()
+        metrics.REFUSED_REQUESTS.labels("admission", reason).inc()
+        log.warning("admission.refused", status=status, reason=reason, client=sorted(peer)[:4])
+        return web.json_response({"message": message}, status=status)
+
     async def validate(request: web.Request) -> web.Response:
-        if require_client_cert and peer_common_name(request.transport) is None:
-            metrics.ADMISSION_REVIEWS.labels("invalid").inc()
-            return web.json_response({"message": "a client certificate is required"}, status=401)
+        peer = peer_identities(request.transport)
+        if peer is None:
+            return refuse(401, "no_client_certificate", "a client certificate is required")
+        if not clients.allows(peer):
+            return refuse(403, "client_not_allowed", "this client may not call here", peer)
         if request.content_type != "application/json":
-            metrics.ADMISSION_REVIEWS.labels("invalid").inc()
-            return web.json_response({"message": "want application/json"}, status=415)
+            return refuse(415, "content_type", "want application/json", peer)
+        too_large = f"body over {MAX_BODY} bytes"
+        if request.content_length is not None and request.content_length > MAX_BODY:
+            return refuse(413, "body_too_large", too_large, peer)
         try:
-            review = json.loads(await request.read())
+            async with asyncio.timeout(read_timeout):
+                body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return refuse(413, "body_too_large", too_large, peer)
+        except TimeoutError:
+            return refuse(408, "read_timeout", "body not received in time", peer)
+        if json_memory_bound(body) > DECODED_BUDGET:
+            return refuse(413, "decoded_too_large", "body too large once decoded", peer)
+        try:
+            review = json.loads(body)
         except (ValueError, RecursionError):
             review = None
         req = review.get("request") if isinstance(review, Mapping) else None
         uid = req.get("uid") if isinstance(req, Mapping) else None
         if not isinstance(review, Mapping) or review.get("kind") != "AdmissionReview":
             uid = None
-        if not isinstance(req, Mapping) or not isinstance(uid, str) or not uid:
-            metrics.ADMISSION_REVIEWS.labels("invalid").inc()
-            return web.json_response({"message": "want an AdmissionReview v1"}, status=400)
-        result = "ignored"
+        if not isinstance(req, Mapping) or not isinstance(uid, str) or not 0 < len(uid) <= 128:
+            return refuse(400, "not_an_admission_review", "want an AdmissionReview v1", peer)
         try:
-            if await _record(authors, req):
-                result = "recorded"
+            result = await _record(authors, req)
         except Exception as exc:  # never block the API because of bookkeeping
             log.error("admission.record_failed", error=str(exc))
             result = "failed"
         metrics.ADMISSION_REVIEWS.labels(result).inc()
         return web.json_response(
             {
-                "apiVersion": review.get("apiVersion") or "admission.k8s.io/v1",
+                "apiVersion": "admission.k8s.io/v1",
                 "kind": "AdmissionReview",
                 "response": {"uid": uid, "allowed": True},
             }
@@ -68,26 +99,32 @@ def admission_app(
     return app
 
 
-async def _record(authors: RecordedRequestAuthors, req: Mapping[str, Any]) -> bool:
+async def _record(authors: RecordedRequestAuthors, req: Mapping[str, Any]) -> str:
+    """Record the requester; the result label (recorded, ignored, oversized)."""
     kind = req.get("kind")
     if not isinstance(kind, Mapping) or kind.get("kind") != "CommitRequest":
-        return False
+        return "ignored"
     if req.get("operation") != "CREATE" or req.get("dryRun") is True:
-        return False
+        return "ignored"
     obj = req.get("object")
     meta = obj.get("metadata") if isinstance(obj, Mapping) else None
     meta = meta if isinstance(meta, Mapping) else {}
     user = req.get("userInfo")
     username = user.get("username") if isinstance(user, Mapping) else None
     if not isinstance(username, str) or not username:
-        return False
+        return "ignored"
     extra = user.get("extra") if isinstance(user, Mapping) else None
     name = meta.get("name") or req.get("name")
     namespace = meta.get("namespace") or req.get("namespace") or ""
     if not isinstance(name, str) or not name or not isinstance(namespace, str):
-        return False
+        return "ignored"
     uid = meta.get("uid")
+    uid = uid if isinstance(uid, str) else ""
+    fields = {"username": username, "name": name, "namespace": namespace, "uid": uid}
+    if any(len(value) > FIELD_CAPS[field] for field, value in fields.items()):
+        log.warning("admission.oversized", sizes={f: len(v) for f, v in fields.items()})
+        return "oversized"
     author = author_from_user(username, extra if isinstance(extra, Mapping) else None)
-    await authors.record(namespace, name, uid if isinstance(uid, str) else "", author)
+    await authors.record(namespace, name, uid, author)
     log.info("admission.recorded", namespace=namespace, name=name, user=username)
-    return True
+    return "recorded"

@@ -15,18 +15,28 @@ import structlog
 from aiohttp import web
 
 from kubescribe.attribution.facts import FactIndex
+from kubescribe.attribution.requests import ROUTE as REQUESTS_ROUTE
 from kubescribe.attribution.requests import RecordedRequestAuthors
 from kubescribe.attribution.resolver import AuditAuthorResolver
 from kubescribe.mirror.authors import AuthorResolver, CommitRequestAuthors
-from kubescribe.server.admission import admission_app
-from kubescribe.server.audit import DEFAULT_MAX_BODY, AuditRoute, audit_app
-from kubescribe.server.tls import reload_on_change, server_context
+from kubescribe.server.admission import DEFAULT_CLIENT, admission_app
+from kubescribe.server.audit import (
+    DEFAULT_MAX_BODY,
+    DEFAULT_MAX_EVENTS,
+    READ_TIMEOUT,
+    AuditRoute,
+    audit_app,
+)
+from kubescribe.server.tls import ANY_CLIENT, ClientPolicy, reload_on_change, server_context
 from kubescribe.store.memory import MemoryFactStore
 
 if TYPE_CHECKING:
     from kubescribe.store.redis import RedisFactStore
 
 log = structlog.get_logger(__name__)
+
+# Past this, the 64 MiB decoded budget refuses even a plain ASCII body (2 bytes per byte).
+MAX_AUDIT_BODY = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -40,14 +50,18 @@ class AttributionOptions:
     audit_route: str = "local"
     audit_extra_routes: tuple[str, ...] = ()
     audit_max_body: int = DEFAULT_MAX_BODY
+    audit_max_events: int = DEFAULT_MAX_EVENTS
     grace: float = 3.0
     redis_url: str = ""
     webhook_addr: str = ""
     webhook_tls_cert: Path | None = None
     webhook_tls_key: Path | None = None
     webhook_client_ca: Path | None = None
+    webhook_client_cns: tuple[str, ...] = (DEFAULT_CLIENT,)
     max_facts: int = 100_000
+    max_request_records: int = 10_000
     fact_retention: float = 900.0
+    read_timeout: float = READ_TIMEOUT
 
     def problems(self) -> list[str]:
         """Flag combinations that cannot work, as messages (empty: fine)."""
@@ -58,10 +72,20 @@ class AttributionOptions:
             found.append("--audit-addr needs --audit-client-ca (clients must authenticate)")
         if self.webhook_addr and not (self.webhook_tls_cert and self.webhook_tls_key):
             found.append("--webhook-addr needs --webhook-tls-cert and --webhook-tls-key")
+        if self.webhook_addr and not self.webhook_client_ca:
+            found.append(
+                "--webhook-addr needs --webhook-client-ca (kube-apiserver must authenticate: "
+                "without it anyone reaching the port could name CommitRequest authors)"
+            )
+        cns = {c.strip() for c in self.webhook_client_cns}
+        if self.webhook_addr and ("" in cns or not cns or (ANY_CLIENT in cns and len(cns) > 1)):
+            found.append("--webhook-client-cn: names, or a single '*'")
         if self.grace < 0:
             found.append("--attribution-grace must not be negative")
-        if self.audit_max_body < 1024:
-            found.append("--audit-max-body must be at least 1024 bytes")
+        if not 1024 <= self.audit_max_body <= MAX_AUDIT_BODY:
+            found.append(f"--audit-max-body must be between 1024 and {MAX_AUDIT_BODY} bytes")
+        if self.audit_max_events < 1:
+            found.append("--audit-max-events must be at least 1")
         for spec in (self.audit_route, *self.audit_extra_routes):
             try:
                 AuditRoute.parse(spec)
@@ -98,7 +122,11 @@ async def attribution(opts: AttributionOptions) -> AsyncIterator[Attribution]:
     if problems:
         raise ValueError("; ".join(problems))
     store: MemoryFactStore | RedisFactStore
-    local = MemoryFactStore(max_records=opts.max_facts, retention=opts.fact_retention)
+    local = MemoryFactStore(
+        max_records=opts.max_facts,
+        retention=opts.fact_retention,
+        limits={REQUESTS_ROUTE: opts.max_request_records},
+    )
     if opts.redis_url:
         # Imported only when configured: redis-py adds about 20 MB to every process.
         from kubescribe.store.redis import RedisFactStore  # noqa: PLC0415
@@ -125,25 +153,36 @@ async def attribution(opts: AttributionOptions) -> AsyncIterator[Attribution]:
             routes = {r.name: r for r in map(AuditRoute.parse, opts.audit_extra_routes)}
             routes[own.name] = own
             ctx = server_context(opts.audit_tls_cert, opts.audit_tls_key, opts.audit_client_ca)
-            app = audit_app(index, routes, max_body=opts.audit_max_body)
+            app = audit_app(
+                index,
+                routes,
+                max_body=opts.audit_max_body,
+                max_events=opts.audit_max_events,
+                read_timeout=opts.read_timeout,
+            )
             running.runners.append(await _serve(app, opts.audit_addr, ctx))
             reloads.append(
                 asyncio.create_task(reload_on_change(ctx, opts.audit_tls_cert, opts.audit_tls_key))
             )
-            log.info("audit.listening", addr=opts.audit_addr, routes=sorted(routes))
+            log.info(
+                "audit.listening",
+                addr=opts.audit_addr,
+                routes={r.name: sorted(r.clients.names) for r in routes.values()},
+            )
         if opts.webhook_addr:
             assert opts.webhook_tls_cert and opts.webhook_tls_key
             ctx = server_context(
                 opts.webhook_tls_cert, opts.webhook_tls_key, opts.webhook_client_ca
             )
-            app = admission_app(requests, require_client_cert=opts.webhook_client_ca is not None)
+            clients = ClientPolicy(frozenset(c.strip() for c in opts.webhook_client_cns))
+            app = admission_app(requests, clients, read_timeout=opts.read_timeout)
             running.runners.append(await _serve(app, opts.webhook_addr, ctx))
             reloads.append(
                 asyncio.create_task(
                     reload_on_change(ctx, opts.webhook_tls_cert, opts.webhook_tls_key)
                 )
             )
-            log.info("admission.listening", addr=opts.webhook_addr)
+            log.info("admission.listening", addr=opts.webhook_addr, clients=sorted(clients.names))
         yield running
     finally:
         for task in reloads:
@@ -155,7 +194,8 @@ async def attribution(opts: AttributionOptions) -> AsyncIterator[Attribution]:
 
 async def _serve(app: web.Application, addr: str, ctx: ssl.SSLContext) -> web.AppRunner:
     host, port = _split_addr(addr)
-    runner = web.AppRunner(app, access_log=None)
+    # The rest of a refused body is drained for 2 s at most (aiohttp's default is 10 s).
+    runner = web.AppRunner(app, access_log=None, lingering_time=2.0)
     await runner.setup()
     await web.TCPSite(runner, host, port, ssl_context=ctx).start()
     return runner

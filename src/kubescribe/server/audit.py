@@ -2,14 +2,23 @@
 
 kube-apiserver appends `?timeout=30s` to the configured URL; routing uses the path only.
 Each route is one cluster: its facts are stored under the route and only a resolver for that
-route reads them, so clusters cannot name each other's authors. A route may also be bound to
-client certificate CNs (`name=cn1,cn2`), so one cluster's client cannot post to another's route.
+route reads them, so clusters cannot name each other's authors. Each route is bound to client
+certificate identities (`AuditRoute.parse`): by default only a certificate named
+`kubescribe-audit-<route>` may post to it, so a kubelet or admin certificate from the same CA
+cannot.
+
+Bounds: the body cap (`max_body`), a decoded-memory budget checked before parsing
+(`json_memory_bound`, `DECODED_BUDGET`), an event count cap (`max_events`), a body read
+timeout, and per-field caps in the decoder. The defaults keep one request under 64 MiB of
+decoded memory (docs/attribution.md has the measured numbers).
 
 Answers: 200 (accepted; events without an object, failed or read-only requests are skipped and
 counted), 401 (no verified client certificate), 403 (certificate not allowed on this route),
-404 (unknown route), 413 (body over the cap), 415 (not `application/json`), 400 (not JSON or
-not an audit EventList), 503 (the fact index failed; kube-apiserver retries the batch).
-Nothing here can stop mirroring: audit only names the author.
+404 (unknown route), 408 (body not received in time), 413 (body, decoded size or event count
+over its cap), 415 (not `application/json`), 400 (not JSON or not an audit EventList), 503 (the
+fact index failed; kube-apiserver retries the batch). Refusals are counted in
+`kubescribe_webhook_refusals_total{server="audit",reason}`. Nothing here can stop mirroring:
+audit only names the author.
 """
 
 from __future__ import annotations
@@ -23,13 +32,24 @@ import structlog
 from aiohttp import web
 
 from kubescribe import metrics
-from kubescribe.attribution.decode import AuditDecodeError, Decoded, decode_event_list
+from kubescribe.attribution.decode import (
+    AuditDecodeError,
+    AuditTooLarge,
+    Decoded,
+    decode_event_list,
+    json_memory_bound,
+)
 from kubescribe.attribution.facts import FactIndex, keyed
-from kubescribe.server.tls import peer_common_name
+from kubescribe.server.tls import ANY_CLIENT, ClientPolicy, peer_identities
 
 log = structlog.get_logger(__name__)
 
-DEFAULT_MAX_BODY = 32 * 1024 * 1024
+MiB = 1024 * 1024
+DEFAULT_MAX_BODY = 4 * MiB
+DEFAULT_MAX_EVENTS = 4096
+DECODED_BUDGET = 64 * MiB
+READ_TIMEOUT = 30.0
+DEFAULT_CLIENT_PREFIX = "kubescribe-audit-"
 PATH_PREFIX = "/audit-webhook/"
 _ROUTE = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 _THREAD_DECODE_BYTES = 256 * 1024
@@ -37,20 +57,36 @@ _THREAD_DECODE_BYTES = 256 * 1024
 
 @dataclass(frozen=True)
 class AuditRoute:
-    """A route name and the client certificate CNs allowed to post to it (empty: any
-    certificate the client CA verifies)."""
+    """A route name and the client certificate identities allowed to post to it."""
 
     name: str
-    clients: frozenset[str] = frozenset()
+    clients: ClientPolicy
 
     @classmethod
     def parse(cls, spec: str) -> AuditRoute:
-        """`name` or `name=cn1,cn2`; names are DNS labels."""
-        name, _, clients = spec.partition("=")
+        """`name` (only the certificate `kubescribe-audit-<name>` may post), `name=id1,id2`
+        (certificates whose CN or DNS/URI SAN is one of them), `name=*` (any certificate the
+        client CA verifies: only with a CA dedicated to this route). Names are DNS labels."""
+        name, bound, clients = spec.partition("=")
         name = name.strip()
         if not _ROUTE.fullmatch(name):
             raise ValueError(f"audit route {name!r} is not a DNS label ([a-z0-9-], max 63)")
-        return cls(name, frozenset(c.strip() for c in clients.split(",") if c.strip()))
+        ids = frozenset(c.strip() for c in clients.split(",") if c.strip())
+        if bound and not ids:
+            raise ValueError(f"audit route {name!r}: no client identity after '='")
+        if ANY_CLIENT in ids and len(ids) > 1:
+            raise ValueError(f"audit route {name!r}: '*' cannot be combined with names")
+        return cls(name, ClientPolicy(ids or frozenset({DEFAULT_CLIENT_PREFIX + name})))
+
+
+class _OverBudget(Exception):
+    """The body could decode to more than the memory budget."""
+
+
+def _decode(body: bytes, max_events: int, budget: int) -> Decoded:
+    if json_memory_bound(body) > budget:
+        raise _OverBudget
+    return decode_event_list(body, max_events)
 
 
 def audit_app(
@@ -58,45 +94,62 @@ def audit_app(
     routes: Mapping[str, AuditRoute],
     *,
     max_body: int = DEFAULT_MAX_BODY,
-    require_client_cert: bool = True,
+    max_events: int = DEFAULT_MAX_EVENTS,
+    budget: int = DECODED_BUDGET,
+    read_timeout: float = READ_TIMEOUT,
 ) -> web.Application:
-    """The receiver application (serve it on its own TLS site)."""
+    """The receiver application (serve it on its own TLS site with a client CA)."""
 
-    def answer(status: int, message: str) -> web.Response:
+    def refuse(
+        status: int, reason: str, message: str, route: str = "", peer: frozenset[str] = frozenset()
+    ) -> web.Response:
         metrics.AUDIT_REQUESTS.labels(str(status)).inc()
+        metrics.REFUSED_REQUESTS.labels("audit", reason).inc()
+        log.warning(
+            "audit.refused", status=status, reason=reason, route=route, client=sorted(peer)[:4]
+        )
         return web.json_response({"status": status, "message": message}, status=status)
 
     async def receive(request: web.Request) -> web.Response:
-        peer = peer_common_name(request.transport)
-        if require_client_cert and peer is None:
-            return answer(401, "a client certificate is required")
-        route = routes.get(request.match_info["route"])
+        peer = peer_identities(request.transport)
+        if peer is None:
+            return refuse(401, "no_client_certificate", "a client certificate is required")
+        name = request.match_info["route"][:63]
+        route = routes.get(name)
         if route is None:
-            return answer(404, "unknown audit route")
-        if route.clients and peer not in route.clients:
-            log.warning("audit.client_refused", route=route.name, client=peer)
-            return answer(403, "this client may not post to this route")
+            return refuse(404, "unknown_route", "unknown audit route", name, peer)
+        if not route.clients.allows(peer):
+            return refuse(403, "client_not_allowed", "this client may not post here", name, peer)
         if request.content_type != "application/json":
-            return answer(415, "want application/json")
+            return refuse(415, "content_type", "want application/json", name, peer)
+        too_large = f"body over {max_body} bytes"
         if request.content_length is not None and request.content_length > max_body:
-            return answer(413, f"body over {max_body} bytes")
+            return refuse(413, "body_too_large", too_large, name, peer)
         try:
-            body = await request.read()
+            async with asyncio.timeout(read_timeout):
+                body = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            return answer(413, f"body over {max_body} bytes")
+            return refuse(413, "body_too_large", too_large, name, peer)
+        except TimeoutError:
+            return refuse(408, "read_timeout", "body not received in time", name, peer)
         try:
             if len(body) > _THREAD_DECODE_BYTES:
-                decoded = await asyncio.to_thread(decode_event_list, body)
+                decoded = await asyncio.to_thread(_decode, body, max_events, budget)
             else:
-                decoded = decode_event_list(body)
+                decoded = _decode(body, max_events, budget)
+        except _OverBudget:
+            message = f"body could decode to more than {budget} bytes"
+            return refuse(413, "decoded_too_large", message, name, peer)
+        except AuditTooLarge as exc:
+            return refuse(413, "too_many_events", str(exc), name, peer)
         except AuditDecodeError as exc:
-            return answer(400, str(exc))
+            return refuse(400, "not_an_event_list", str(exc), name, peer)
         _count(decoded)
         try:
             await facts.add(route.name, keyed(decoded.facts))
         except Exception as exc:  # the index is ours; never let it take the receiver down
             log.error("audit.store_failed", route=route.name, error=str(exc))
-            return answer(503, "fact index unavailable")
+            return refuse(503, "fact_index_failed", "fact index unavailable", name, peer)
         metrics.AUDIT_REQUESTS.labels("200").inc()
         return web.json_response(
             {"accepted": decoded.accepted, "skipped": dict(decoded.skipped)}, status=200

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,8 @@ def server_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.
     """A serving context; with `client_ca`, client certificates signed by it are verified.
 
     Verification is `CERT_OPTIONAL`: a certificate that does not verify fails the handshake,
-    a missing one reaches the handler, which answers 401 (a clearer error than a reset).
+    a missing one reaches the handler, which answers 401 (a clearer error than a reset); the
+    handler also checks the certificate's identity (`ClientPolicy`, 403).
     """
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -28,18 +30,32 @@ def server_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.
     return ctx
 
 
-def peer_common_name(transport: Any) -> str | None:
-    """The verified client certificate's subject CN ('' without a CN); None without one."""
+ANY_CLIENT = "*"
+
+
+@dataclass(frozen=True)
+class ClientPolicy:
+    """Which verified client certificates may call: those whose subject CN, or one of whose
+    DNS or URI subject alternative names, is in `names` (`*`: any the client CA verifies)."""
+
+    names: frozenset[str]
+
+    def allows(self, peer: frozenset[str]) -> bool:
+        return ANY_CLIENT in self.names or not self.names.isdisjoint(peer)
+
+
+def peer_identities(transport: Any) -> frozenset[str] | None:
+    """The verified client certificate's subject CN and DNS/URI SANs; None without one."""
     if transport is None:
         return None
     cert = transport.get_extra_info("peercert")
     if not cert:
         return None
-    for rdn in cert.get("subject", ()):
-        for attr, value in rdn:
-            if attr == "commonName":
-                return str(value)
-    return ""
+    names = {
+        str(value) for rdn in cert.get("subject", ()) for attr, value in rdn if attr == "commonName"
+    }
+    names.update(str(v) for kind, v in cert.get("subjectAltName", ()) if kind in ("DNS", "URI"))
+    return frozenset(names)
 
 
 async def reload_on_change(

@@ -1,9 +1,10 @@
 """A bounded in-memory fact index (single replica, no extra services).
 
-Records are kept per route under their lookup keys, in arrival order. The index is bounded by
-count and by age: the oldest records go first, counted in
-`kubescribe_attribution_facts_evicted_total{reason=capacity|expired}`. Waiters on a route wake
-when it gets new records.
+Records are kept per route (a fact source: an audit route, or the admission webhook's reserved
+route) under their lookup keys, in arrival order. Each route has its own bound, by count and by
+age, so one source can never evict another's records: the oldest records of the route go first,
+counted in `kubescribe_attribution_facts_evicted_total{source,reason=capacity|expired}`. Waiters
+on a route wake when it gets new records.
 """
 
 from __future__ import annotations
@@ -19,28 +20,45 @@ from kubescribe import metrics
 Record = Mapping[str, str]
 
 
+class _Route:
+    """One route's records: seq -> (keys, record, added_at), oldest first, and the index."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.entries: OrderedDict[int, tuple[tuple[str, ...], Record, float]] = OrderedDict()
+        self.index: dict[str, deque[int]] = {}
+
+
 class MemoryFactStore:
-    """Implements the attribution fact-index protocol (`add`, `find`, `wait`)."""
+    """Implements the attribution fact-index protocol (`add`, `find`, `wait`).
+
+    `max_records` bounds each route; `limits` gives some routes another bound.
+    """
 
     def __init__(
         self,
         max_records: int = 100_000,
         retention: float = 900.0,
         clock: Callable[[], float] = time.monotonic,
+        limits: Mapping[str, int] | None = None,
     ) -> None:
-        if max_records < 1:
-            raise ValueError("max_records must be at least 1")
+        if max_records < 1 or any(n < 1 for n in (limits or {}).values()):
+            raise ValueError("record bounds must be at least 1")
         self.max_records = max_records
+        self.limits = dict(limits or {})
         self.retention = retention
         self.clock = clock
         self._seq = 0
-        # seq -> (route, keys, record, added_at), oldest first
-        self._entries: OrderedDict[int, tuple[str, tuple[str, ...], Record, float]] = OrderedDict()
-        self._index: dict[tuple[str, str], deque[int]] = {}
+        self._routes: dict[str, _Route] = {}
         self._events: dict[str, asyncio.Event] = {}
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return sum(len(r.entries) for r in self._routes.values())
+
+    def count(self, route: str) -> int:
+        """Records held for `route`."""
+        held = self._routes.get(route)
+        return len(held.entries) if held else 0
 
     async def add(self, route: str, records: Sequence[tuple[Sequence[str], Record]]) -> None:
         self.index(route, records)
@@ -49,25 +67,28 @@ class MemoryFactStore:
         """Synchronous `add` (for backends that feed this index from elsewhere)."""
         if not records:
             return
+        held = self._routes.get(route)
+        if held is None:
+            held = self._routes[route] = _Route(self.limits.get(route, self.max_records))
         now = self.clock()
         for keys, record in records:
             self._seq += 1
-            seq = self._seq
             key_tuple = tuple(dict.fromkeys(keys))
-            self._entries[seq] = (route, key_tuple, dict(record), now)
+            held.entries[self._seq] = (key_tuple, dict(record), now)
             for key in key_tuple:
-                self._index.setdefault((route, key), deque()).append(seq)
-        self._evict(now)
-        metrics.FACTS.set(len(self._entries))
+                held.index.setdefault(key, deque()).append(self._seq)
+        self._evict(route, held, now)
+        metrics.FACTS.labels(route).set(len(held.entries))
         event = self._events.pop(route, None)
         if event is not None:
             event.set()
 
     def find(self, route: str, key: str) -> Sequence[Record]:
-        seqs = self._index.get((route, key))
-        if not seqs:
+        held = self._routes.get(route)
+        seqs = held.index.get(key) if held else None
+        if not held or not seqs:
             return ()
-        return [self._entries[s][2] for s in seqs if s in self._entries]
+        return [held.entries[s][1] for s in seqs if s in held.entries]
 
     async def wait(self, route: str, timeout: float) -> bool:
         event = self._events.get(route)
@@ -83,21 +104,21 @@ class MemoryFactStore:
     async def close(self) -> None:
         """Nothing to release (the protocol's backends share a lifecycle)."""
 
-    def _evict(self, now: float) -> None:
+    def _evict(self, route: str, held: _Route, now: float) -> None:
         expired = now - self.retention
-        while self._entries:
-            seq, (route, keys, _, added) = next(iter(self._entries.items()))
-            if len(self._entries) > self.max_records:
+        while held.entries:
+            seq, (keys, _, added) = next(iter(held.entries.items()))
+            if len(held.entries) > held.limit:
                 reason = "capacity"
             elif added < expired:
                 reason = "expired"
             else:
                 break
-            del self._entries[seq]
+            del held.entries[seq]
             for key in keys:
-                seqs = self._index.get((route, key))
+                seqs = held.index.get(key)
                 if seqs and seqs[0] == seq:
                     seqs.popleft()
                 if seqs is not None and not seqs:
-                    del self._index[(route, key)]
-            metrics.FACTS_EVICTED.labels(reason).inc()
+                    del held.index[key]
+            metrics.FACTS_EVICTED.labels(route, reason).inc()

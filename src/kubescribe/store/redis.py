@@ -53,7 +53,7 @@ class RedisFactStore:
         self.max_stream_length = max_stream_length
         self.retention = retention
         self.block = block
-        self.local = local or MemoryFactStore(retention=retention)
+        self.local = local if local is not None else MemoryFactStore(retention=retention)
         self.wall = wall
         self._client: aioredis.Redis = aioredis.Redis.from_url(
             url,
