@@ -9,6 +9,7 @@ compare within a run, report the spread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import statistics
@@ -25,6 +26,7 @@ from kubescribe.api.crds import render_crds
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote
 from kubescribe.devenv.operator import OperatorProcess
+from kubescribe.devenv.redis import RedisServer
 from kubescribe.kube.client import KubeClient
 from kubescribe.mirror.sanitize import sanitize
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
@@ -143,9 +145,11 @@ class Setup:
         ]
         self.cp.apply("\n---\n".join(json.dumps(d) for d in docs))
 
-    def start_operator(self) -> float:
+    def start_operator(self, *extra: str) -> float:
         started = time.monotonic()
-        self.operator = OperatorProcess(self.cp.kubeconfig, self.workdir, "--log-level", "warning")
+        self.operator = OperatorProcess(
+            self.cp.kubeconfig, self.workdir, "--log-level", "warning", *extra
+        )
         self.operator.start()
         return started
 
@@ -257,6 +261,68 @@ def crash(setup: Setup, n: int) -> dict[str, Any]:
     }
 
 
+def metric_total(operator: OperatorProcess, name: str) -> float:
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in operator.metrics().splitlines()
+        if line.startswith(name)
+    )
+
+
+def wait_metric(setup: Setup, name: str, at_least: float, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            assert setup.operator is not None
+            if metric_total(setup.operator, name) >= at_least:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"{name} did not reach {at_least}")
+
+
+def warm_restart(setup: Setup, n: int, changed: int = 10, deleted: int = 5) -> dict[str, Any]:
+    """A replica with saved resume cursors restarts after changes made while it was down:
+    it watches from the saved resourceVersion instead of listing N objects again."""
+    names = [f"wr-{i:06d}" for i in range(n)]
+    asyncio.run(create_many(setup.cp.kubeconfig, names, "1"))
+    with tempfile.TemporaryDirectory(prefix="kubescribe-bench-redis-") as tmp:
+        redis = RedisServer(Path(tmp))
+        redis.start()
+        try:
+            flags = ("--replica-id", "bench-1", "--lease-namespace", NS, "--redis-url", redis.url)
+            setup.mirror_objects()
+            setup.start_operator(*flags)
+            setup.remote.wait(lambda t: len(t) >= n, 600, every=0.05)
+            wait_metric(setup, 'kubescribe_cursor_saves_total{result="ok"}', 1, 60)
+            assert setup.operator is not None
+            setup.operator.stop(timeout=60)
+            for name in names[:changed]:
+                setup.cp.kubectl("patch", "configmap", name, "-n", NS, "-p", '{"data":{"v":"2"}}')
+            for name in names[changed : changed + deleted]:
+                setup.cp.kubectl("delete", "configmap", name, "-n", NS)
+            want = {name: expected_oid(name, "2") for name in names[:changed]}
+            gone = set(names[changed : changed + deleted])
+            restarted = setup.start_operator(*flags)
+            seen = setup.remote.wait(
+                lambda t: all(t.get(k) == v for k, v in want.items()) and not gone & set(t),
+                600,
+                every=0.02,
+            )
+            events = metric_total(setup.operator, "kubescribe_watch_events_total")
+        finally:
+            if setup.operator is not None:
+                setup.operator.stop(timeout=60)  # before Redis goes
+            redis.stop()
+    return {
+        "workload": f"warm_restart_{n}",
+        "objects": n,
+        "changed_while_down": changed,
+        "deleted_while_down": deleted,
+        "caught_up_after_restart_s": round(seen - restarted, 2),
+        "watch_events_after_restart": int(events),
+    }
+
+
 def burst(setup: Setup, objects: int, patches: int, writers: int) -> dict[str, Any]:
     setup.mirror_objects()
     setup.start_operator()
@@ -307,8 +373,16 @@ def burst(setup: Setup, objects: int, patches: int, writers: int) -> dict[str, A
 @click.option("--samples", default=20, show_default=True)
 @click.option("--backfill", "sizes", default="1000,10000", show_default=True)
 def main(workloads: tuple[str, ...], samples: int, sizes: str) -> None:
-    """WORKLOADS: any of latency_isolated latency_stream backfill burst crash (default: all)."""
-    chosen = workloads or ("latency_isolated", "latency_stream", "backfill", "burst", "crash")
+    """WORKLOADS: any of latency_isolated latency_stream backfill burst crash warm_restart
+    (default: all)."""
+    chosen = workloads or (
+        "latency_isolated",
+        "latency_stream",
+        "backfill",
+        "burst",
+        "crash",
+        "warm_restart",
+    )
     runs: list[tuple[str, Callable[[Setup], dict[str, Any]]]] = []
     if "latency_isolated" in chosen:
         runs.append(("latency_isolated", lambda s: latency(s, samples, 6.0, isolated=True)))
@@ -321,6 +395,8 @@ def main(workloads: tuple[str, ...], samples: int, sizes: str) -> None:
         runs.append(("crash", lambda s: crash(s, 10000)))
     if "burst" in chosen:
         runs.append(("burst", lambda s: burst(s, 100, 2000, 16)))
+    if "warm_restart" in chosen:
+        runs.append(("warm_restart", lambda s: warm_restart(s, 10000)))
     for _, run in runs:
         with tempfile.TemporaryDirectory(prefix="kubescribe-bench-") as tmp:
             setup = Setup(Path(tmp))

@@ -73,10 +73,14 @@ class Shards:
         self._handover: set[str] = set()
         self._member_lease: dict[str, Any] | None = None
         self._member_name = lease_name("kubescribe-member", identity)
+        self._wake = asyncio.Event()
 
     # -- what the manager asks -------------------------------------------------------------
     def want(self, keys: Iterable[WorkerKey]) -> None:
-        self._wanted = {worker_name(k): k for k in keys}
+        wanted = {worker_name(k): k for k in keys}
+        if wanted.keys() - self._wanted.keys():
+            self._wake.set()  # a new writer: decide now, not at the next renewal
+        self._wanted = wanted
 
     def owns(self, key: WorkerKey) -> bool:
         return worker_name(key) in self._held
@@ -97,7 +101,9 @@ class Shards:
             except (ApiError, OSError, TimeoutError) as exc:
                 log.warning("shards.tick_failed", error=str(exc) or type(exc).__name__)
                 self._expire_unrenewed()
-            await asyncio.sleep(self.renew_every)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.renew_every)
+            self._wake.clear()
 
     async def tick(self) -> None:
         now = self.clock()
