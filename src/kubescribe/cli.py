@@ -186,6 +186,11 @@ def _attribution_options(command: Callable[..., None]) -> Callable[..., None]:
     "the Namespaces grant (and do not watch Namespaces).",
 )
 @click.option(
+    "--allow-insecure-cluster-tls",
+    is_flag=True,
+    help="Accept ClusterProvider kubeconfigs with insecure-skip-tls-verify or an http:// server.",
+)
+@click.option(
     "--replica-id",
     envvar="POD_NAME",
     default="",
@@ -216,6 +221,7 @@ def run(
     allow_file_urls: bool,
     probe_interval: float,
     no_cross_namespace_sources: bool,
+    allow_insecure_cluster_tls: bool,
     replica_id: str,
     lease_namespace: str,
     lease_duration: float,
@@ -236,6 +242,7 @@ def run(
         allow_file_urls=allow_file_urls,
         probe_interval=probe_interval,
         cross_namespace_sources=not no_cross_namespace_sources,
+        allow_insecure_cluster_tls=allow_insecure_cluster_tls,
         sharing=Sharing(replica_id, lease_namespace, lease_duration),
         attribution_options=attribution_options,
     )

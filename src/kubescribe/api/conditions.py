@@ -24,6 +24,7 @@ GIT_PATH_ACCEPTED: Final = "GitPathAccepted"
 PUSHED: Final = "Pushed"
 ENCRYPTION_CONFIGURED: Final = "EncryptionConfigured"
 SOURCE_NAMESPACE_AUTHORIZED: Final = "SourceNamespaceAuthorized"
+SOURCE_CLUSTER_REACHABLE: Final = "SourceClusterReachable"
 
 # reasons
 PROGRESSING: Final = "Progressing"
@@ -53,6 +54,11 @@ SIGNING_KEY_MISSING: Final = "SigningKeyMissing"
 SIGNING_KEY_INVALID: Final = "SigningKeyInvalid"
 SOURCE_NAMESPACE_NOT_AUTHORIZED: Final = "SourceNamespaceNotAuthorized"
 CROSS_NAMESPACE_SOURCES_DISABLED: Final = "CrossNamespaceSourcesDisabled"
+CLUSTER_PROVIDER_NOT_FOUND: Final = "ClusterProviderNotFound"
+CLUSTER_NOT_ALLOWED: Final = "ClusterNotAllowed"
+CLUSTER_NOT_READY: Final = "ClusterNotReady"
+CLUSTER_CONFLICT: Final = "ClusterConflict"
+KUBECONFIG_REFUSED: Final = "KubeconfigRefused"
 
 STALLED_REASONS: Final = frozenset(
     {
@@ -78,6 +84,10 @@ STALLED_REASONS: Final = frozenset(
         SIGNING_KEY_INVALID,
         SOURCE_NAMESPACE_NOT_AUTHORIZED,
         CROSS_NAMESPACE_SOURCES_DISABLED,
+        CLUSTER_PROVIDER_NOT_FOUND,
+        CLUSTER_NOT_ALLOWED,
+        CLUSTER_CONFLICT,
+        KUBECONFIG_REFUSED,
     }
 )
 """Reasons that need a change by a user: a False condition with one makes the object Stalled."""

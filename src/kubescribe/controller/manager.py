@@ -16,6 +16,7 @@ import structlog
 
 from kubescribe import metrics
 from kubescribe.api import conditions as c
+from kubescribe.controller.clusters import ClusterProviders
 from kubescribe.controller.commitrequests import CommitRequests, TargetAccess
 from kubescribe.controller.cursors import CursorKeeper
 from kubescribe.controller.desired import (
@@ -40,6 +41,7 @@ from kubescribe.kube.leases import LeaseClient
 from kubescribe.mirror.authors import AttributionMode, AuthorResolver, CommitRequestAuthors
 from kubescribe.mirror.changes import Cursor, TargetKey
 from kubescribe.mirror.identity import ResourceType
+from kubescribe.mirror.layout import LOCAL_CLUSTER
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY, NoisePolicy
 from kubescribe.mirror.window import WindowPolicy, parse_duration
 from kubescribe.store.cursors import CursorStore, NoCursorStore
@@ -52,6 +54,9 @@ OWN_TYPES = {
     "WatchRule": ResourceType("kubescribe.io", "v1alpha1", "watchrules", "WatchRule", True),
     "ClusterWatchRule": ResourceType(
         "kubescribe.io", "v1alpha1", "clusterwatchrules", "ClusterWatchRule", False
+    ),
+    "ClusterProvider": ResourceType(
+        "kubescribe.io", "v1alpha1", "clusterproviders", "ClusterProvider", False
     ),
 }
 NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", False)  # cross-namespace grants
@@ -79,6 +84,7 @@ class Settings:
     replica_id: str = ""  # set: share the branch writers with other replicas through Leases
     lease_namespace: str = "default"
     lease_duration: float = 10.0
+    allow_insecure_cluster_tls: bool = False  # ClusterProvider kubeconfigs without TLS checks
 
 
 class _Cache:
@@ -137,6 +143,11 @@ class Manager:
                 on_change=self._poke.set,
             )
         self._owned: frozenset[WorkerKey] = frozenset()
+        self._clusters = ClusterProviders(
+            client,
+            allow_insecure=self.settings.allow_insecure_cluster_tls,
+            on_change=self._poke.set,
+        )
         self._reports: dict[TargetKey, WriteReport] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._status = StatusWriter(client)
@@ -205,6 +216,7 @@ class Manager:
         if self._shards is not None:
             await self._shards.stop()  # the others take the writers over at once
         self._providers.close()
+        await self._clusters.close()
 
     # -- discovery -------------------------------------------------------------------------
     async def _discovery_loop(self) -> None:
@@ -253,7 +265,10 @@ class Manager:
                 if self.settings.cross_namespace_sources
                 else None
             ),
+            cluster_providers=caches["ClusterProvider"].objects.values(),
+            remote_discovered=self._clusters.discovered(),
         )
+        self._clusters.sync(self.plan.clusters)
         await self._providers.sync(self.plan.providers)
         self._providers.gate(self.plan)  # no credentials or signing key: the targets wait
         await self._encryption.refresh(self.plan)
@@ -361,9 +376,11 @@ class Manager:
             key: spec
             for key, spec in self.plan.streams.items()
             if self.plan.targets[spec.target].worker_key in self._workers
+            and self._client_of(spec) is not None
         }
         for key, running in list(self._streams.items()):
-            if wanted.get(key) != running.spec:
+            spec = running.spec
+            if wanted.get(key) != spec or running.informer.client is not self._client_of(spec):
                 running.task.cancel()
                 del self._streams[key]
                 self._cursors.drop(key)
@@ -380,8 +397,10 @@ class Manager:
                 log.warning("cursor.load_failed", error=str(exc) or type(exc).__name__)
                 resume = None
             sink.journal = self._cursors.journal(key, sink.fingerprint)
+            client = self._client_of(spec)
+            assert client is not None
             informer = Informer(
-                self.client,
+                client,
                 spec.rtype,
                 sink,
                 namespace=spec.namespace,
@@ -391,6 +410,10 @@ class Manager:
             )
             self._streams[key] = _Running(spec, informer, asyncio.create_task(informer.run()))
         metrics.STREAMS.set(len(self._streams))
+
+    def _client_of(self, spec: StreamSpec) -> KubeClient | None:
+        """The client of a stream's cluster (None: a remote cluster not reached yet)."""
+        return self._clusters.client_of(spec.cluster) if spec.cluster else self.client
 
     def _on_report(self, report: WriteReport) -> None:
         previous = self._reports.get(report.target)
@@ -415,6 +438,11 @@ class Manager:
                 continue
             conds, extra = self._providers.status(p)
             await self._status.write(obj, "gitproviders", conds, extra)
+        for (_, name), obj in list(caches["ClusterProvider"].objects.items()):
+            cluster = plan.clusters.get(name)
+            if cluster is not None and self._speaks_for(f"ClusterProvider/{name}"):
+                conds, extra = self._clusters.status(cluster)
+                await self._status.write(obj, "clusterproviders", conds, extra)
         for (ns, name), obj in list(caches["GitTarget"].objects.items()):
             t = plan.targets.get(TargetKey(ns, name))
             if t is not None and self._writes_status_of(t):
@@ -509,6 +537,9 @@ class Manager:
                 Cond(c.READY, "False", c.SUSPENDED, "Writes are suspended (spec.suspend)")
             )
             return domain + kstatus(domain, progressing=None)[1:], extra
+        cluster = t.layout.cluster if t.layout.cluster != LOCAL_CLUSTER else ""
+        if t.writable and cluster and (reach := self._clusters.reachable(cluster)) is not None:
+            domain.append(reach)  # its files are kept while the cluster is away
         if t.writable:
             domain += self._encryption.conditions(t.key)
             extra.update(self._encryption.status(t.key))

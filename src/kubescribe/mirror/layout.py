@@ -10,7 +10,10 @@ from kubescribe.mirror.identity import CLUSTER_SCOPE, CORE_GROUP, Identity, Reso
 from kubescribe.mirror.messages import field_problem
 
 DEFAULT_TEMPLATE = "{namespace}/{group}/{resource}/{name}.yaml"
-TEMPLATE_FIELDS = frozenset({"namespace", "group", "version", "kind", "resource", "name"})
+TEMPLATE_FIELDS = frozenset(
+    {"cluster", "namespace", "group", "version", "kind", "resource", "name"}
+)
+LOCAL_CLUSTER = "local"  # `{cluster}` of the operator's own cluster
 ENCRYPTED_SUFFIX = ".sops.yaml"
 
 
@@ -52,6 +55,7 @@ class Layout:
 
     default: str = DEFAULT_TEMPLATE
     per_type: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    cluster: str = LOCAL_CLUSTER  # the target's source cluster (one per target)
 
     def __post_init__(self) -> None:
         validate_template(self.default)
@@ -61,6 +65,7 @@ class Layout:
     def path_for(self, identity: Identity, rtype: ResourceType, *, encrypted: bool = False) -> str:
         template = self.per_type.get((rtype.group, rtype.resource), self.default)
         path = template.format(
+            cluster=_segment(self.cluster),
             namespace=_segment(identity.namespace or CLUSTER_SCOPE),
             group=_segment(rtype.group or CORE_GROUP),
             version=_segment(rtype.version),
