@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography.exceptions import InvalidTag
 
 from kubescribe.api.models import SensitiveType
 from kubescribe.controller.encryption import (
@@ -28,8 +29,10 @@ from kubescribe.controller.encryption import (
 from kubescribe.git.targets import Encrypting, PlainRenderer, RefusedContent
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.layout import Layout
+from kubescribe.secrets import _cipher
+from kubescribe.secrets import sops as sops_module
 from kubescribe.secrets._re2 import compile_re2
-from kubescribe.secrets.age import generate_identity
+from kubescribe.secrets.age import generate_identity, load_identities
 from kubescribe.secrets.policy import (
     PolicyError,
     compile_rules,
@@ -107,6 +110,34 @@ def run_sops(args: list[str], cwd: Path, identity: str | None = None) -> bytes:
     return proc.stdout
 
 
+def data_key(data: bytes, identity: str = ALICE[0]) -> bytes:
+    """The data key a sops file's stanzas wrap (a test's view; the operator never logs it)."""
+    return sops_module._open(data, load_identities([identity])).key
+
+
+def opens_any_value(data: bytes, key: bytes) -> bool:
+    """Whether ``key`` decrypts any encrypted value of a sops Secret file."""
+    for name, value in yaml.safe_load(data)["data"].items():
+        enc = _cipher.parse(value)
+        assert enc is not None
+        try:
+            _cipher.decrypt(key, enc, f"data:{name}:")
+            return True
+        except InvalidTag:
+            continue
+    return False
+
+
+def planted(tmp_path: Path, recipient: str, **data: str) -> bytes:
+    """A Secret file a repo writer made with the real sops binary, with no private key."""
+    path = tmp_path / "planted.yaml"
+    path.write_text(yaml.safe_dump(secret(**data), sort_keys=False))
+    regex = "^(data|stringData)$"
+    return run_sops(
+        ["encrypt", "--age", recipient, "--encrypted-regex", regex, str(path)], tmp_path
+    )
+
+
 # --- the renderer -----------------------------------------------------------------------------
 
 
@@ -163,6 +194,34 @@ def test_unchanged_plaintext_keeps_the_file_and_a_change_only_its_value() -> Non
         renderer().render(ident(SECRETS), SECRETS, secret(user="app", password="other"), changed)
         == changed
     )
+
+
+@needs_sops
+@pytest.mark.parametrize("same_value", [False, True])
+def test_a_planted_file_lends_no_data_key(tmp_path: Path, same_value: bool) -> None:
+    planted_value = CANARY if same_value else "attacker-chosen"
+    theirs = planted(tmp_path, ALICE[1], password=planted_value, user="app")
+    their_key = data_key(theirs)  # the repo writer knows it: sops chose it for them
+    for r in (renderer(), renderer(identities=False)):
+        out = r.render(ident(SECRETS), SECRETS, secret(password=CANARY, user="app"), theirs)
+        # Kept, the file would confirm a guessed value; reused, the key would open the new one.
+        assert out != theirs
+        assert not opens_any_value(out, their_key)
+        assert data_key(out) != their_key
+        path = tmp_path / "out.sops.yaml"
+        path.write_bytes(out)
+        plain = run_sops(["decrypt", str(path)], tmp_path, identity=ALICE[0])
+        assert yaml.safe_load(plain)["data"]["password"] == CANARY_B64
+
+
+def test_the_data_key_is_the_operators_own_per_document_and_recipient_set() -> None:
+    doc = secret(password=CANARY)
+    first = renderer().render(ident(SECRETS), SECRETS, doc, None)
+    assert data_key(first) == data_key(renderer().render(ident(SECRETS), SECRETS, doc, None))
+    other_doc = renderer().render(ident(SECRETS, "other"), SECRETS, doc, None)
+    assert data_key(other_doc) != data_key(first)
+    other_key = renderer(BOB).render(ident(SECRETS), SECRETS, doc, None)
+    assert data_key(other_key, BOB[0]) != data_key(first)
 
 
 def test_without_an_identity_stability_holds_for_the_process_only() -> None:
@@ -239,21 +298,25 @@ def test_a_value_sops_cannot_hold_is_refused_naming_only_its_path() -> None:
 # --- re-encryption and .sops.yaml (the worker's Encrypting extension) ----------------------
 
 
-def test_adding_a_recipient_keeps_every_value_ciphertext() -> None:
+def test_adding_a_recipient_rotates_the_data_key() -> None:
     old = renderer(ALICE).render(ident(SECRETS), SECRETS, secret(a="1", b=CANARY), None)
     both = renderer(ALICE, BOB)
     assert isinstance(both, Encrypting)
     assert both.recipients_of(old) == frozenset({ALICE[1]})
     new = both.rekey(ident(SECRETS), old)
-    assert enc_values(new) == enc_values(old)
+    assert data_key(new) != data_key(old)
     assert both.recipients_of(new) == frozenset({ALICE[1], BOB[1]})
     assert decrypt_document(new, [BOB[0]]) == secret(a="1", b=CANARY)
+    # Stable from then on, also for a restarted operator.
+    assert both.render(ident(SECRETS), SECRETS, secret(a="1", b=CANARY), new) == new
+    assert renderer(BOB, ALICE).render(ident(SECRETS), SECRETS, secret(a="1", b=CANARY), new) == new
 
 
 def test_removing_a_recipient_rotates_the_data_key() -> None:
     old = renderer(ALICE, BOB).render(ident(SECRETS), SECRETS, secret(a="1"), None)
     new = renderer(ALICE).rekey(ident(SECRETS), old)
     assert enc_values(new)["a"] != enc_values(old)["a"]
+    assert data_key(new) != data_key(old)
     assert inspect_document(new).recipients == (ALICE[1],)
     assert decrypt_document(new, [ALICE[0]]) == secret(a="1")
 

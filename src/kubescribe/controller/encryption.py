@@ -9,12 +9,15 @@ The age key Secret is read by a direct GET whenever a reconcile needs it (never 
 cached beyond the renderer built from it), and no key material, plaintext value or decoded
 Secret content is logged, raised or written to status.
 
-Stable output: given the previous file and an identity that opens it, an unchanged document
-keeps its exact bytes and a changed one keeps the ciphertext of every unchanged value
-(`encrypt_document`). A target with inline recipients only gives the operator no identity: the
-renderer then remembers, for this process, which plaintext each file it wrote holds (an HMAC
-under a per-process key, never the plaintext), so a re-list makes no commit; after a restart
-such documents are encrypted again. `ageKeySecretRef` avoids that.
+Data keys never come from Git (a repo writer could choose them). With identities
+(`ageKeySecretRef`) each document's key is derived from them, the document's identity and the
+recipient set (`derive_data_key`): a file in Git under that very key keeps its exact bytes when
+the document is unchanged, also after a restart, and lends the ciphertext of unchanged values
+otherwise; a file under any other key is encrypted afresh. A target with inline recipients only
+gives the operator no identity: every file gets a fresh random key, and the renderer remembers,
+for this process, which plaintext each file it wrote holds (an HMAC under a per-process key,
+never the plaintext), so a re-list makes no commit; after a restart such documents are
+encrypted again. `ageKeySecretRef` avoids that.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.layout import Layout
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
 from kubescribe.secrets import age
+from kubescribe.secrets.datakey import derive_data_key
 from kubescribe.secrets.policy import (
     DEFAULT_RULES,
     PolicyError,
@@ -157,6 +161,7 @@ class SopsRenderer:
                 self.recipients,
                 rule=rule,
                 now=self._clock(),
+                data_key=self._data_key(identity, self.recipients),
                 previous=previous,
                 identities=self._identities,
             )
@@ -167,6 +172,13 @@ class SopsRenderer:
                 self._memo.clear()
             self._memo[_sha(data)] = digest
         return data
+
+    def _data_key(self, identity: Identity, recipients: Sequence[str]) -> bytes | None:
+        """The operator's own data key for a document; None (fresh keys) without identities."""
+        if not self._identities:
+            return None
+        scope = json.dumps([identity.group, identity.kind, identity.namespace, identity.name])
+        return derive_data_key(self._identities, scope, recipients)
 
     def _digest(self, doc: Mapping[str, Any], setting: tuple[str, str]) -> bytes:
         """HMAC of what decides the file's plaintext content (order and types included)."""
@@ -198,20 +210,19 @@ class SopsRenderer:
         return frozenset(info.recipients) if info.simple else None
 
     def rekey(self, identity: Identity, data: bytes) -> bytes:
-        """The same content encrypted for `recipients`. Adding recipients keeps the data key
-        and every value's ciphertext; removing one rotates the data key."""
+        """The same content encrypted for `recipients`, under the data key the operator
+        derives for them: any recipient change rotates the key (a removed recipient, or one
+        who replays an old file, never holds the new key)."""
         what = f"{identity.kind} {identity.ref}"
         try:
             info = inspect_document(data)
             plain = decrypt_document(data, self._identities)
-            keep = set(info.recipients) <= set(self.recipients)
             return encrypt_document(
                 plain,
                 self.recipients,
                 rule=info.rule,
                 now=self._clock(),
-                previous=data if keep else None,
-                identities=self._identities if keep else (),
+                data_key=self._data_key(identity, self.recipients),
             )
         except (SopsError, ValueError) as err:
             raise RefusedContent(REENCRYPT_FAILED, f"{what} not re-encrypted: {err}") from None

@@ -4,9 +4,10 @@ Pure functions over bytes and trees. A file is the document with encrypted leave
 ``sops`` metadata block; values are AES-256-GCM encrypted under a per-file data key that is
 wrapped for every age recipient, and a MAC over all leaf values guards the whole tree.
 
-`encrypt_document` keeps output stable for a Git mirror: an unchanged document returns the
-previous bytes, and a changed one reuses the previous data key and the ciphertext of every
-unchanged value. Exceptions never carry plaintext or key material.
+`encrypt_document` keeps output stable for a Git mirror: given the data key the caller owns,
+a previous file under that same key returns its bytes when the document is unchanged, and
+lends the ciphertext of every unchanged value otherwise. A previous file under any other key
+(one a repo writer chose) lends nothing. Exceptions never carry plaintext or key material.
 
 As in sops, the MAC covers the values (in order), not the map keys: renaming the key of an
 unencrypted value, or adding or removing a null, goes unnoticed by sops and by this module.
@@ -28,10 +29,10 @@ from kubescribe.mirror.yamlfmt import dump_yaml
 from kubescribe.secrets import _cipher, _goyaml, _shamir, age
 from kubescribe.secrets._cipher import Typed, ValueTypeError
 from kubescribe.secrets._re2 import compile_re2
+from kubescribe.secrets.datakey import DATA_KEY_SIZE
 
 SOPS_VERSION = "3.11.0"
 K8S_SECRET_REGEX = "^(data|stringData)$"
-DATA_KEY_SIZE = 32
 
 _RULE_FIELDS = ("encrypted_regex", "unencrypted_regex", "encrypted_suffix", "unencrypted_suffix")
 _COMMENT_RULES = ("encrypted_comment_regex", "unencrypted_comment_regex")
@@ -434,14 +435,18 @@ def _lastmodified(now: datetime) -> str:
     return f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}Z"
 
 
-def _open_previous(previous: bytes | None, identities: Sequence[str]) -> _Opened | None:
+def _open_previous(
+    previous: bytes | None, identities: Sequence[str], data_key: bytes | None
+) -> _Opened | None:
+    """The previous file, only if it opens to exactly ``data_key`` (the caller's own key)."""
     keys = age.load_identities(identities)
-    if previous is None or not keys:
+    if previous is None or data_key is None or not keys:
         return None
     try:
-        return _open(previous, keys)
+        opened = _open(previous, keys)
     except SopsError:
         return None
+    return opened if hmac.compare_digest(opened.key, data_key) else None
 
 
 def _unchanged(
@@ -476,17 +481,18 @@ def encrypt_document(
     *,
     rule: CryptRule,
     now: datetime,
+    data_key: bytes | None = None,
     previous: bytes | None = None,
     identities: Sequence[str] = (),
 ) -> bytes:
-    """Encrypt ``doc`` to the age ``recipients``; returns the sops YAML file.
+    """Encrypt ``doc`` to the age ``recipients`` under ``data_key`` (fresh random bytes when
+    None); returns the sops YAML file.
 
-    With ``previous`` (the current file) opened by one of ``identities``: an identical
-    plaintext, rule and recipient set returns ``previous`` unchanged; otherwise its data key
-    is kept, unchanged values keep their exact ciphertext, and the wrapped keys of staying
-    recipients are kept (so a removed recipient who saved the data key can still read new
-    versions: pass no ``previous`` to rotate the data key). An unreadable ``previous`` is
-    ignored.
+    ``previous`` (the current file) is used only if one of ``identities`` opens it to exactly
+    ``data_key``: then an identical plaintext, rule and recipient set returns ``previous``
+    unchanged, and otherwise unchanged values keep their exact ciphertext and staying
+    recipients their wrapped key. Any other ``previous`` (unreadable, or under a key the
+    caller did not choose) is ignored, whatever plaintext it holds.
     """
     wanted = _recipients(recipients)
     lastmodified = _lastmodified(now)
@@ -495,10 +501,12 @@ def encrypt_document(
     plain = _plain_tree(doc)
     if "sops" in plain:
         raise SopsError("the document must not have a top-level sops key")
-    prev = _open_previous(previous, identities)
+    if data_key is not None and len(data_key) != DATA_KEY_SIZE:
+        raise ValueError(f"the data key must be {DATA_KEY_SIZE} bytes")
+    prev = _open_previous(previous, identities, data_key)
     if previous is not None and prev is not None and _unchanged(prev, plain, wanted, rule):
         return previous
-    key = prev.key if prev is not None else os.urandom(DATA_KEY_SIZE)
+    key = data_key if data_key is not None else os.urandom(DATA_KEY_SIZE)
     walker = _Encryptor(key, rule, prev.stash if prev is not None else {})
     tree = walker.tree(plain, ())
     name, value = rule.setting
