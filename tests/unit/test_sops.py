@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -253,13 +254,36 @@ def test_rule_selection(rule: CryptRule, path: tuple[str, ...], expected: bool) 
         r"a\Z",
         r"a{1001}",
         r"(?x)a",
-        r"[[:alpha:]]",
-        r"\p{L}",
+        r"a\Cb",
+        "x" * 4097,
     ],
 )
 def test_rule_rejects_non_re2_regexes(regex: str) -> None:
     with pytest.raises(ValueError, match="regex"):
         CryptRule(encrypted_regex=regex)
+
+
+@pytest.mark.parametrize(
+    ("regex", "key", "expected"),
+    [
+        (r"^[[:alpha:]]+$", "data", True),
+        (r"^\p{L}+$", "dätä", True),
+        (r"^\pN$", "7", True),
+        (r"\\C", "\\C", True),  # an escaped backslash, then C
+        (r"^(?<n>data)$", "data", True),
+    ],
+)
+def test_rule_accepts_what_go_accepts(regex: str, key: str, expected: bool) -> None:
+    assert CryptRule(encrypted_regex=regex).encrypts((key,)) is expected
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("length", [27, 100_000])  # backtracking: 27 takes seconds
+def test_hostile_regexes_run_in_linear_time(length: int) -> None:
+    started = time.perf_counter()
+    assert not CryptRule(encrypted_regex="^(a+)+$").encrypts(("a" * length + "!",))
+    assert not CryptRule(encrypted_regex="(x+x+)+y").encrypts(("x" * length,))
+    assert time.perf_counter() - started < 0.1
 
 
 def test_rule_needs_exactly_one_setting() -> None:
