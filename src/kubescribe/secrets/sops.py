@@ -32,6 +32,8 @@ from kubescribe.secrets._re2 import compile_re2
 from kubescribe.secrets.datakey import DATA_KEY_SIZE
 
 SOPS_VERSION = "3.11.0"
+# Files read back from Git above this size are not opened (a Secret holds at most 1 MiB).
+MAX_FILE_SIZE = 8 << 20
 K8S_SECRET_REGEX = "^(data|stringData)$"
 
 _RULE_FIELDS = ("encrypted_regex", "unencrypted_regex", "encrypted_suffix", "unencrypted_suffix")
@@ -388,6 +390,8 @@ class _Opened:
 
 
 def _load_document(data: bytes) -> dict[str, Any]:
+    if len(data) > MAX_FILE_SIZE:
+        raise MalformedSopsError(f"the file is larger than {MAX_FILE_SIZE >> 20} MiB")
     try:
         doc = _goyaml.load(data)
     except _goyaml.GoYamlError as err:
@@ -444,7 +448,7 @@ def _open_previous(
         return None
     try:
         opened = _open(previous, keys)
-    except SopsError:
+    except (SopsError, ValueError):  # untrusted: whatever is wrong with it, it lends nothing
         return None
     return opened if hmac.compare_digest(opened.key, data_key) else None
 
@@ -469,7 +473,10 @@ def _age_entries(key: bytes, recipients: list[str], prev: _Opened | None) -> lis
 
 def _check_readback(text: str, expected: dict[str, Any]) -> None:
     """Fail rather than write a file that sops would read with other types (a bad MAC)."""
-    readback = _goyaml.load(text)
+    try:
+        readback = _goyaml.load(text)
+    except _goyaml.GoYamlError as err:
+        raise SopsError(f"the document cannot be read back as sops would: {err}") from None
     if _typed_view(readback) != _typed_view(expected):
         where = _dotted(_first_difference(readback, expected))
         raise SopsError(f"the YAML emitter wrote {where} in a form sops reads as another type")
