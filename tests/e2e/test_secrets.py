@@ -7,6 +7,7 @@ A real kube-apiserver, the operator process, a bare Git remote, and the real `so
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import subprocess
@@ -39,6 +40,7 @@ SECRET_RULE = {"apiGroups": [""], "resources": ["secrets"]}
 CM_RULE = {"apiGroups": [""], "resources": ["configmaps"]}
 CANARY = "canary-7d1e5a0b-plaintext"
 CANARY_2 = "canary-2c9f44e1-plaintext"
+LABEL_CANARY = "lbl-canary-5b7e03c1"
 
 
 def b64(text: str) -> str:
@@ -149,7 +151,11 @@ def test_secret_is_encrypted_stable_and_never_in_plaintext(
 ) -> None:
     cp, ns = crds, namespace
     first = operator()
-    cp.apply(manifest(secret("db", ns, user="app", password=CANARY)))
+    db = secret("db", ns, user="app", password=CANARY)
+    # Tools keep whole manifests in annotations, and checksums of values in labels.
+    db["metadata"]["annotations"] = {"kapp.k14s.io/original": json.dumps(db)}
+    db["metadata"]["labels"] = {"checksum": LABEL_CANARY}
+    cp.apply(manifest(db))
     setup(
         cp,
         ns,
@@ -173,10 +179,15 @@ def test_secret_is_encrypted_stable_and_never_in_plaintext(
     assert recipient_of(identity) in remote.read("mirror/.sops.yaml")
 
     written = remote.read(path)
-    assert sops_decrypt(written, identity, tmp_path / "a")["data"] == {
-        "password": b64(CANARY),
-        "user": b64("app"),
-    }
+    plain = sops_decrypt(written, identity, tmp_path / "a")
+    assert plain["data"] == {"password": b64(CANARY), "user": b64("app")}
+    assert plain["metadata"]["annotations"] == db["metadata"]["annotations"]
+    assert plain["metadata"]["labels"] == db["metadata"]["labels"]
+    visible = yaml.safe_load(written)["metadata"]  # keys stay readable for reviews
+    assert (list(visible["annotations"]), list(visible["labels"])) == (
+        ["kapp.k14s.io/original"],
+        ["checksum"],
+    )
 
     # An update re-encrypts only the value that changed.
     cp.kubectl(
@@ -209,7 +220,7 @@ def test_secret_is_encrypted_stable_and_never_in_plaintext(
     cp.kubectl("delete", "secret", "db", "-n", ns)
     wait_for(lambda: path not in remote.files(), what="deleted Secret file")
     assert remote.log()[0]["message"] == f"DELETE Secret {ns}/db"
-    assert_never_in_plaintext(remote, [first, second], CANARY, CANARY_2)
+    assert_never_in_plaintext(remote, [first, second], CANARY, CANARY_2, LABEL_CANARY)
 
 
 def test_without_encryption_secrets_are_refused_and_the_rest_flows(

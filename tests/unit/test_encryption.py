@@ -7,6 +7,7 @@ Pure and fast, except that files are also read back (and `.sops.yaml` applied) w
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import subprocess
@@ -170,7 +171,7 @@ def test_a_secret_is_encrypted_for_sops_with_the_kubernetes_rule(tmp_path: Path)
     assert CANARY_B64.encode() not in data
     text = data.decode()
     assert text.startswith("apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\n")
-    assert "encrypted_regex: ^(data|stringData)$" in text
+    assert "encrypted_regex: ^(data|stringData|annotations|labels)$" in text
     assert "type: Opaque" in text  # only data and stringData are encrypted
     assert set(inspect_document(data).recipients) == {ALICE[1], BOB[1]}
     assert decrypt_document(data, [BOB[0]]) == secret(password=CANARY)
@@ -178,6 +179,27 @@ def test_a_secret_is_encrypted_for_sops_with_the_kubernetes_rule(tmp_path: Path)
     path.write_bytes(data)
     plain = run_sops(["decrypt", str(path)], tmp_path, identity=ALICE[0])
     assert yaml.safe_load(plain)["data"] == {"password": CANARY_B64}
+
+
+@needs_sops
+def test_label_and_annotation_values_are_encrypted_and_their_keys_stay(tmp_path: Path) -> None:
+    label_canary = "lbl-4e1f9a"  # a valid label value
+    doc = secret(password=CANARY)
+    doc["metadata"]["labels"]["checksum"] = label_canary
+    copy = json.dumps({"kind": "Secret", "stringData": {"password": CANARY}})
+    doc["metadata"]["annotations"] = {"kapp.k14s.io/original": copy, "note": "note-7c2d"}
+    data = renderer().render(ident(SECRETS), SECRETS, doc, None)
+    for value in (CANARY, CANARY_B64, label_canary, "note-7c2d"):
+        assert value.encode() not in data
+    written = yaml.safe_load(data)["metadata"]
+    assert (written["name"], written["namespace"]) == ("db", "demo")
+    assert sorted(written["labels"]) == ["app", "checksum"]
+    assert sorted(written["annotations"]) == ["kapp.k14s.io/original", "note"]
+    assert all(v.startswith("ENC[AES256_GCM,") for v in written["annotations"].values())
+    path = tmp_path / "db.sops.yaml"
+    path.write_bytes(data)
+    plain = yaml.safe_load(run_sops(["decrypt", str(path)], tmp_path, identity=ALICE[0]))
+    assert plain["metadata"] == doc["metadata"]
 
 
 def test_unchanged_plaintext_keeps_the_file_and_a_change_only_its_value() -> None:
@@ -255,7 +277,7 @@ def test_paths_encrypt_the_named_keys_wherever_they_are(tmp_path: Path) -> None:
     written = yaml.safe_load(data)
     assert written["spec"]["size"] == 3
     assert written["spec"]["credentials"]["token"].startswith("ENC[AES256_GCM,")
-    assert written["sops"]["encrypted_regex"] == "^(credentials)$"
+    assert written["sops"]["encrypted_regex"] == "^(credentials|annotations|labels)$"
     path = tmp_path / "w.sops.yaml"
     path.write_bytes(data)
     assert yaml.safe_load(run_sops(["decrypt", str(path)], tmp_path, ALICE[0])) == doc
@@ -278,7 +300,7 @@ def test_whole_document_encrypts_everything_but_the_header() -> None:
     assert ",type:bool]" in written["immutable"]
     assert CANARY.encode() not in data
     assert CANARY_B64.encode() not in data
-    assert written["sops"]["encrypted_regex"] == "^(binaryData|data|immutable)$"
+    assert written["sops"]["encrypted_regex"] == "^(binaryData|data|immutable|annotations|labels)$"
     clash = {**doc, "name": "top-level field called name"}
     with pytest.raises(RefusedContent) as refused:
         renderer(rules=rules).render(ident(CONFIGMAPS, "c"), CONFIGMAPS, clash, None)
@@ -367,7 +389,10 @@ def test_sops_run_by_hand_in_the_folder_follows_the_operator(tmp_path: Path) -> 
         assert CANARY.encode() not in written
         assert CANARY_B64.encode() not in written
         assert set(inspect_document(written).recipients) == {ALICE[1], BOB[1]}
-    assert inspect_document(widget_path.read_bytes()).rule.encrypted_regex == "^(token)$"
+    assert (
+        inspect_document(widget_path.read_bytes()).rule.encrypted_regex
+        == "^(token|annotations|labels)$"
+    )
     assert yaml.safe_load(widget_path.read_bytes())["spec"]["n"] == "1"
 
 
@@ -387,7 +412,10 @@ def test_secrets_are_always_sensitive_and_can_only_be_widened() -> None:
     widened = compile_rules([SensitiveType(resource="secrets", paths=["metadata.annotations.x"])])
     assert widened[("", "secrets")].keys == ("data", "stringData", "x")
     doc = secret(a="1")
-    assert widened[("", "secrets")].rule_for(doc).encrypted_regex == "^(data|stringData|x)$"
+    assert (
+        widened[("", "secrets")].rule_for(doc).encrypted_regex
+        == "^(data|stringData|x|annotations|labels)$"
+    )
 
 
 def test_key_regex_is_literal_in_re2_and_python() -> None:
