@@ -21,13 +21,18 @@ import yaml
 from cryptography.exceptions import InvalidTag
 
 from kubescribe.api.models import SensitiveType
+from kubescribe.controller.desired import Plan
 from kubescribe.controller.encryption import (
     ENCRYPTION_FAILED,
     ENCRYPTION_MISSING,
+    Resolution,
     SopsRenderer,
+    _resyncs,
     unencrypted_renderer,
 )
+from kubescribe.controller.streams import StreamSpec
 from kubescribe.git.targets import Encrypting, PlainRenderer, RefusedContent
+from kubescribe.mirror.changes import TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.layout import Layout
 from kubescribe.secrets import _cipher
@@ -53,6 +58,7 @@ CANARY = "canary-9f3b2c"
 CANARY_B64 = base64.b64encode(CANARY.encode()).decode()
 ALICE = generate_identity()
 BOB = generate_identity()
+CAROL = generate_identity()
 
 
 class Clock:
@@ -234,6 +240,10 @@ def test_a_planted_file_lends_no_data_key(tmp_path: Path, same_value: bool) -> N
         path.write_bytes(out)
         plain = run_sops(["decrypt", str(path)], tmp_path, identity=ALICE[0])
         assert yaml.safe_load(plain)["data"]["password"] == CANARY_B64
+    # Nor is its content ever re-encrypted under the operator's key (when recipients change).
+    with pytest.raises(RefusedContent, match="not the operator's") as refused:
+        renderer(ALICE, BOB).rekey(ident(SECRETS), theirs)
+    assert refused.value.reason == "ReencryptFailed"
 
 
 def test_the_data_key_is_the_operators_own_per_document_and_recipient_set() -> None:
@@ -332,15 +342,39 @@ def test_adding_a_recipient_rotates_the_data_key() -> None:
     # Stable from then on, also for a restarted operator.
     assert both.render(ident(SECRETS), SECRETS, secret(a="1", b=CANARY), new) == new
     assert renderer(BOB, ALICE).render(ident(SECRETS), SECRETS, secret(a="1", b=CANARY), new) == new
+    # A rotation: a third identity joins; the files are still provably the operator's.
+    assert renderer(ALICE, BOB, CAROL).rekey(ident(SECRETS), new) != new
 
 
 def test_removing_a_recipient_rotates_the_data_key() -> None:
-    old = renderer(ALICE, BOB).render(ident(SECRETS), SECRETS, secret(a="1"), None)
+    with_bob = SopsRenderer(recipients=[ALICE[1], BOB[1]], identities=[ALICE[0]], clock=Clock())
+    old = with_bob.render(ident(SECRETS), SECRETS, secret(a="1"), None)
     new = renderer(ALICE).rekey(ident(SECRETS), old)
     assert enc_values(new)["a"] != enc_values(old)["a"]
     assert data_key(new) != data_key(old)
     assert inspect_document(new).recipients == (ALICE[1],)
     assert decrypt_document(new, [ALICE[0]]) == secret(a="1")
+
+
+def test_removing_an_identity_re_renders_the_sensitive_streams() -> None:
+    # Its data keys cannot be derived any more: the worker cannot prove (and so re-encrypt)
+    # the files, and the documents are written afresh from the cluster instead.
+    target = TargetKey("demo", "mirror")
+    streams = [
+        StreamSpec(target, rtype, "demo", (None,), frozenset()) for rtype in (SECRETS, CONFIGMAPS)
+    ]
+    plan = Plan(streams={s.key: s for s in streams})
+
+    def resolved(*keys: tuple[str, str], identities: int) -> Resolution:
+        r = SopsRenderer(
+            recipients=[k[1] for k in keys], identities=[k[0] for k in keys[:identities]]
+        )
+        return Resolution(r, None, True)
+
+    both = resolved(ALICE, BOB, identities=2)
+    assert _resyncs(both, resolved(ALICE, BOB, identities=2), plan, target) == set()
+    assert _resyncs(resolved(ALICE, identities=1), both, plan, target) == set()  # rekey does it
+    assert _resyncs(both, resolved(ALICE, identities=1), plan, target) == {streams[0].key}
 
 
 def test_without_an_identity_files_are_not_re_encrypted_by_the_worker() -> None:

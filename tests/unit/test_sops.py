@@ -598,18 +598,18 @@ def test_plain_value_where_ciphertext_is_expected(alice: tuple[str, str]) -> Non
 
 
 def test_unchanged_document_gives_identical_bytes(alice: tuple[str, str]) -> None:
-    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, data_key=KEY)
+    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
     again = encrypt_document(
         secret_doc(),
         [alice[1]],
         rule=CryptRule(),
         now=LATER,
-        data_key=KEY,
+        own_keys=[KEY],
         previous=first,
         identities=[alice[0]],
     )
     assert again == first
-    fresh = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, data_key=KEY)
+    fresh = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
     assert fresh != first  # new IVs without a previous file
 
 
@@ -617,7 +617,7 @@ def test_unchanged_document_gives_identical_bytes(alice: tuple[str, str]) -> Non
 def test_one_changed_value_changes_only_its_ciphertext(
     tmp_path: Path, alice: tuple[str, str]
 ) -> None:
-    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, data_key=KEY)
+    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
     doc = secret_doc()
     doc["data"]["password"] = "c2VjcmV0"
     second = encrypt_document(
@@ -625,7 +625,7 @@ def test_one_changed_value_changes_only_its_ciphertext(
         [alice[1]],
         rule=CryptRule(),
         now=LATER,
-        data_key=KEY,
+        own_keys=[KEY],
         previous=first,
         identities=[alice[0]],
     )
@@ -637,7 +637,7 @@ def test_one_changed_value_changes_only_its_ciphertext(
         [alice[1]],
         rule=CryptRule(),
         now=NOW,
-        data_key=KEY,
+        own_keys=[KEY],
         previous=second,
         identities=[alice[0]],
     )
@@ -646,7 +646,7 @@ def test_one_changed_value_changes_only_its_ciphertext(
 
 
 def test_type_change_is_a_change(alice: tuple[str, str]) -> None:
-    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, data_key=KEY)
+    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
     doc = secret_doc()
     doc["stringData"]["count"] = "3"
     second = encrypt_document(
@@ -654,7 +654,7 @@ def test_type_change_is_a_change(alice: tuple[str, str]) -> None:
         [alice[1]],
         rule=CryptRule(),
         now=LATER,
-        data_key=KEY,
+        own_keys=[KEY],
         previous=first,
         identities=[alice[0]],
     )
@@ -664,13 +664,13 @@ def test_type_change_is_a_change(alice: tuple[str, str]) -> None:
 
 def test_duplicate_list_values_keep_their_ciphertexts(alice: tuple[str, str]) -> None:
     doc = {"stringData": {"l": ["same", "same", "other", "same"]}, "x": 1}
-    first = encrypt_document(doc, [alice[1]], rule=CryptRule(), now=NOW, data_key=KEY)
+    first = encrypt_document(doc, [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
     second = encrypt_document(
         {**doc, "x": 2},
         [alice[1]],
         rule=CryptRule(),
         now=LATER,
-        data_key=KEY,
+        own_keys=[KEY],
         previous=first,
         identities=[alice[0]],
     )
@@ -681,7 +681,7 @@ def test_duplicate_list_values_keep_their_ciphertexts(alice: tuple[str, str]) ->
         [alice[1]],
         rule=CryptRule(),
         now=LATER,
-        data_key=KEY,
+        own_keys=[KEY],
         previous=second,
         identities=[alice[0]],
     )
@@ -693,13 +693,13 @@ def test_duplicate_list_values_keep_their_ciphertexts(alice: tuple[str, str]) ->
 def test_recipient_added_and_removed(
     tmp_path: Path, alice: tuple[str, str], bob: tuple[str, str]
 ) -> None:
-    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, data_key=KEY)
+    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
     both = encrypt_document(
         secret_doc(),
         [alice[1], bob[1]],
         rule=CryptRule(),
         now=LATER,
-        data_key=KEY,
+        own_keys=[KEY],
         previous=first,
         identities=[alice[0]],
     )
@@ -716,7 +716,7 @@ def test_recipient_added_and_removed(
         [bob[1]],
         rule=CryptRule(),
         now=LATER,
-        data_key=KEY,
+        own_keys=[KEY],
         previous=both,
         identities=[bob[0]],
     )
@@ -727,13 +727,13 @@ def test_recipient_added_and_removed(
 
 
 def test_rule_change_reencrypts(alice: tuple[str, str]) -> None:
-    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, data_key=KEY)
+    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
     second = encrypt_document(
         secret_doc(),
         [alice[1]],
         rule=SOPS_DEFAULT_RULE,
         now=LATER,
-        data_key=KEY,
+        own_keys=[KEY],
         previous=first,
         identities=[alice[0]],
     )
@@ -750,7 +750,7 @@ def test_unreadable_previous_encrypts_fresh(previous: bytes | None, alice: tuple
         [alice[1]],
         rule=CryptRule(),
         now=NOW,
-        data_key=KEY,
+        own_keys=[KEY],
         previous=previous,
         identities=[alice[0]],
     )
@@ -760,13 +760,13 @@ def test_unreadable_previous_encrypts_fresh(previous: bytes | None, alice: tuple
 def test_previous_for_another_identity_encrypts_fresh(
     alice: tuple[str, str], bob: tuple[str, str]
 ) -> None:
-    first = encrypt_document(secret_doc(), [bob[1]], rule=CryptRule(), now=NOW, data_key=KEY)
+    first = encrypt_document(secret_doc(), [bob[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
     out = encrypt_document(
         secret_doc(),
         [bob[1]],
         rule=CryptRule(),
         now=NOW,
-        data_key=KEY,
+        own_keys=[KEY],
         previous=first,
         identities=[alice[0]],
     )
@@ -823,7 +823,7 @@ def test_a_file_under_a_key_the_caller_did_not_choose_lends_nothing(
         [alice[1]],
         rule=CryptRule(),
         now=NOW,
-        data_key=KEY,
+        own_keys=[KEY],
         previous=theirs,
         identities=[alice[0]],
     )
@@ -993,14 +993,14 @@ def secret_docs(draw: st.DrawFn) -> dict[str, Any]:
 @settings(max_examples=150, deadline=None)
 @given(doc=secret_docs())
 def test_property_python_round_trip(doc: dict[str, Any], alice: tuple[str, str]) -> None:
-    out = encrypt_document(doc, [alice[1]], rule=CryptRule(), now=NOW, data_key=KEY)
+    out = encrypt_document(doc, [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
     assert typed(decrypt_document(out, [alice[0]])) == typed(doc)
     again = encrypt_document(
         doc,
         [alice[1]],
         rule=CryptRule(),
         now=LATER,
-        data_key=KEY,
+        own_keys=[KEY],
         previous=out,
         identities=[alice[0]],
     )

@@ -114,7 +114,8 @@ def test_a_planted_file_is_refused_in_bounded_time(case: str) -> None:
     written = renderer.render(DB, SECRETS, LIVE, planted)  # the live Secret is still written
     if reason is None:
         decrypt_document(planted, [ALICE])
-        renderer.rekey(DB, planted)
+        with pytest.raises(RefusedContent, match="not the operator's"):
+            renderer.rekey(DB, planted)  # it opens, but the operator did not write it
     else:
         with pytest.raises(SopsError, match=reason):
             decrypt_document(planted, [ALICE])

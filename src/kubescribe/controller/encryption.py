@@ -10,10 +10,11 @@ cached beyond the renderer built from it), and no key material, plaintext value 
 Secret content is logged, raised or written to status.
 
 Data keys never come from Git (a repo writer could choose them). With identities
-(`ageKeySecretRef`) each document's key is derived from them, the document's identity and the
-recipient set (`derive_data_key`): a file in Git under that very key keeps its exact bytes when
-the document is unchanged, also after a restart, and lends the ciphertext of unchanged values
-otherwise; a file under any other key is encrypted afresh. A target with inline recipients only
+(`ageKeySecretRef`) each document's key is derived from an identity, the document's identity
+and the recipient set (`derive_data_key`): a file in Git under such a key keeps its exact bytes
+when the document is unchanged, also after a restart, and lends the ciphertext of unchanged
+values otherwise; a file under any other key is encrypted afresh, and never re-encrypted
+(`rekey`) from its own content. A target with inline recipients only
 gives the operator no identity: every file gets a fresh random key, and the renderer remembers,
 for this process, which plaintext each file it wrote holds (an HMAC under a per-process key,
 never the plaintext), so a re-list makes no commit; after a restart such documents are
@@ -56,6 +57,7 @@ from kubescribe.secrets.policy import (
     sops_config,
 )
 from kubescribe.secrets.sops import (
+    ForeignKeyError,
     SopsError,
     decrypt_document,
     encrypt_document,
@@ -111,7 +113,7 @@ class SopsRenderer:
         clock: Callable[[], datetime] = _now,
     ) -> None:
         self.recipients = tuple(dict.fromkeys(recipients))
-        self._identities = tuple(identities)
+        self._identities = tuple(sorted(identities))  # the first one's keys encrypt
         self.rules = rules
         self.layout = layout or Layout()
         self.refusal = refusal
@@ -124,6 +126,11 @@ class SopsRenderer:
     @property
     def can_decrypt(self) -> bool:
         return bool(self._identities)
+
+    @property
+    def identity_recipients(self) -> frozenset[str]:
+        """The public keys of the identities (the operator's data keys derive from them)."""
+        return frozenset(age.recipient_of(i) for i in self._identities)
 
     def _rule(self, rtype: ResourceType) -> TypeRule | None:
         return self.rules.get((rtype.group, rtype.resource))
@@ -161,7 +168,7 @@ class SopsRenderer:
                 self.recipients,
                 rule=rule,
                 now=self._clock(),
-                data_key=self._data_key(identity, self.recipients),
+                own_keys=self._own_keys(identity, self.recipients),
                 previous=previous,
                 identities=self._identities,
             )
@@ -173,12 +180,11 @@ class SopsRenderer:
             self._memo[_sha(data)] = digest
         return data
 
-    def _data_key(self, identity: Identity, recipients: Sequence[str]) -> bytes | None:
-        """The operator's own data key for a document; None (fresh keys) without identities."""
-        if not self._identities:
-            return None
+    def _own_keys(self, identity: Identity, recipients: Sequence[str]) -> list[bytes]:
+        """The operator's data keys for a document, one per identity (the first encrypts new
+        files); none without identities (fresh random keys)."""
         scope = json.dumps([identity.group, identity.kind, identity.namespace, identity.name])
-        return derive_data_key(self._identities, scope, recipients)
+        return [derive_data_key(i, scope, recipients) for i in self._identities]
 
     def _digest(self, doc: Mapping[str, Any], setting: tuple[str, str]) -> bytes:
         """HMAC of what decides the file's plaintext content (order and types included)."""
@@ -212,17 +218,30 @@ class SopsRenderer:
     def rekey(self, identity: Identity, data: bytes) -> bytes:
         """The same content encrypted for `recipients`, under the data key the operator
         derives for them: any recipient change rotates the key (a removed recipient, or one
-        who replays an old file, never holds the new key)."""
+        who replays an old file, never holds the new key).
+
+        Only a file the operator wrote (under the key it derives for the file's recipients)
+        is re-encrypted: content someone else put there must not come out under the
+        operator's key, where keeping or replacing it later would confirm a guessed value.
+        """
         what = f"{identity.kind} {identity.ref}"
         try:
             info = inspect_document(data)
-            plain = decrypt_document(data, self._identities)
+            own_keys = self._own_keys(identity, info.recipients)
+            try:
+                plain = decrypt_document(data, self._identities, own_keys=own_keys)
+            except ForeignKeyError:
+                raise RefusedContent(
+                    REENCRYPT_FAILED,
+                    f"{what} not re-encrypted: its data key is not the operator's (the file was"
+                    " written by someone else); the next change of the object rewrites it",
+                ) from None
             return encrypt_document(
                 plain,
                 self.recipients,
                 rule=info.rule,
                 now=self._clock(),
-                data_key=self._data_key(identity, self.recipients),
+                own_keys=self._own_keys(identity, self.recipients),
             )
         except (SopsError, ValueError) as err:
             raise RefusedContent(REENCRYPT_FAILED, f"{what} not re-encrypted: {err}") from None
@@ -475,7 +494,7 @@ def _unconfigured(target: TargetPlan, plan: Plan) -> Resolution:
 def _resyncs(old: Resolution | None, new: Resolution, plan: Plan, key: TargetKey) -> set[str]:
     """Streams whose documents must be rendered again: refused ones can now be written,
     sensitive types changed rules, or recipients changed and the worker cannot re-encrypt
-    the files itself (no identity)."""
+    the files itself (no identity, or an identity its data keys derive from was removed)."""
     if old is None or not new.usable:
         return set()
     if not old.usable:
@@ -485,6 +504,7 @@ def _resyncs(old: Resolution | None, new: Resolution, plan: Plan, key: TargetKey
     }
     out = {s.key for s in plan.streams_of(key) if (s.rtype.group, s.rtype.resource) in changed}
     recipients_changed = set(old.renderer.recipients) != set(new.renderer.recipients)
-    if recipients_changed and not new.renderer.can_decrypt:
+    removed = old.renderer.identity_recipients - new.renderer.identity_recipients
+    if recipients_changed and (removed or not new.renderer.can_decrypt):
         out |= set(_sensitive_streams(plan, key, new.rules))
     return out

@@ -4,8 +4,8 @@ Pure functions over bytes and trees. A file is the document with encrypted leave
 ``sops`` metadata block; values are AES-256-GCM encrypted under a per-file data key that is
 wrapped for every age recipient, and a MAC over all leaf values guards the whole tree.
 
-`encrypt_document` keeps output stable for a Git mirror: given the data key the caller owns,
-a previous file under that same key returns its bytes when the document is unchanged, and
+`encrypt_document` keeps output stable for a Git mirror: given the data keys the caller owns,
+a previous file under one of them returns its bytes when the document is unchanged, and
 lends the ciphertext of every unchanged value otherwise. A previous file under any other key
 (one a repo writer chose) lends nothing. Exceptions never carry plaintext or key material.
 
@@ -58,6 +58,10 @@ class MacMismatchError(SopsError):
 
 class NoMatchingKeyError(SopsError):
     """None of the given identities opens the file's data key."""
+
+
+class ForeignKeyError(SopsError):
+    """The file opens, but under another data key than the caller's own."""
 
 
 class MalformedSopsError(SopsError):
@@ -414,13 +418,19 @@ def _open(data: bytes, keys: Sequence[x25519.Identity]) -> _Opened:
 # --- public API --------------------------------------------------------------------------
 
 
-def decrypt_document(data: bytes, identities: Sequence[str]) -> dict[str, Any]:
+def decrypt_document(
+    data: bytes, identities: Sequence[str], *, own_keys: Sequence[bytes] | None = None
+) -> dict[str, Any]:
     """Decrypt a sops YAML file and verify its MAC; returns the Go-typed plaintext tree.
 
-    Raises `NoMatchingKeyError`, `MacMismatchError` or `MalformedSopsError` (all
-    `SopsError`); ValueError for an invalid identity string.
+    With ``own_keys``, the file must be encrypted under one of them (keys the caller made),
+    else `ForeignKeyError`. Raises `NoMatchingKeyError`, `MacMismatchError` or
+    `MalformedSopsError` (all `SopsError`); ValueError for an invalid identity string.
     """
-    return _open(data, age.load_identities(identities)).tree
+    opened = _open(data, age.load_identities(identities))
+    if own_keys is not None and not _is_own(opened.key, own_keys):
+        raise ForeignKeyError("the file's data key is not one of the caller's")
+    return opened.tree
 
 
 def _recipients(recipients: Sequence[str]) -> list[str]:
@@ -439,18 +449,22 @@ def _lastmodified(now: datetime) -> str:
     return f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}Z"
 
 
+def _is_own(key: bytes, own_keys: Sequence[bytes]) -> bool:
+    return any(hmac.compare_digest(key, own) for own in own_keys)
+
+
 def _open_previous(
-    previous: bytes | None, identities: Sequence[str], data_key: bytes | None
+    previous: bytes | None, identities: Sequence[str], own_keys: Sequence[bytes]
 ) -> _Opened | None:
-    """The previous file, only if it opens to exactly ``data_key`` (the caller's own key)."""
+    """The previous file, only if it opens to one of ``own_keys`` (the caller's keys)."""
     keys = age.load_identities(identities)
-    if previous is None or data_key is None or not keys:
+    if previous is None or not own_keys or not keys:
         return None
     try:
         opened = _open(previous, keys)
     except (SopsError, ValueError):  # untrusted: whatever is wrong with it, it lends nothing
         return None
-    return opened if hmac.compare_digest(opened.key, data_key) else None
+    return opened if _is_own(opened.key, own_keys) else None
 
 
 def _unchanged(
@@ -488,18 +502,19 @@ def encrypt_document(
     *,
     rule: CryptRule,
     now: datetime,
-    data_key: bytes | None = None,
+    own_keys: Sequence[bytes] = (),
     previous: bytes | None = None,
     identities: Sequence[str] = (),
 ) -> bytes:
-    """Encrypt ``doc`` to the age ``recipients`` under ``data_key`` (fresh random bytes when
-    None); returns the sops YAML file.
+    """Encrypt ``doc`` to the age ``recipients``; returns the sops YAML file.
 
-    ``previous`` (the current file) is used only if one of ``identities`` opens it to exactly
-    ``data_key``: then an identical plaintext, rule and recipient set returns ``previous``
-    unchanged, and otherwise unchanged values keep their exact ciphertext and staying
-    recipients their wrapped key. Any other ``previous`` (unreadable, or under a key the
-    caller did not choose) is ignored, whatever plaintext it holds.
+    ``own_keys`` are data keys the caller made itself: a new file is encrypted under the
+    first (under fresh random bytes without any). ``previous`` (the current file) is used
+    only if one of ``identities`` opens it to one of ``own_keys``: then an identical
+    plaintext, rule and recipient set returns ``previous`` unchanged, and otherwise its key
+    is kept, unchanged values keep their exact ciphertext and staying recipients their
+    wrapped key. Any other ``previous`` (unreadable, or under a key the caller did not make)
+    is ignored, whatever plaintext it holds.
     """
     wanted = _recipients(recipients)
     lastmodified = _lastmodified(now)
@@ -508,12 +523,13 @@ def encrypt_document(
     plain = _plain_tree(doc)
     if "sops" in plain:
         raise SopsError("the document must not have a top-level sops key")
-    if data_key is not None and len(data_key) != DATA_KEY_SIZE:
-        raise ValueError(f"the data key must be {DATA_KEY_SIZE} bytes")
-    prev = _open_previous(previous, identities, data_key)
+    if any(len(own) != DATA_KEY_SIZE for own in own_keys):
+        raise ValueError(f"data keys must be {DATA_KEY_SIZE} bytes")
+    prev = _open_previous(previous, identities, own_keys)
     if previous is not None and prev is not None and _unchanged(prev, plain, wanted, rule):
         return previous
-    key = data_key if data_key is not None else os.urandom(DATA_KEY_SIZE)
+    fresh = own_keys[0] if own_keys else os.urandom(DATA_KEY_SIZE)
+    key = prev.key if prev is not None else fresh
     walker = _Encryptor(key, rule, prev.stash if prev is not None else {})
     tree = walker.tree(plain, ())
     name, value = rule.setting
