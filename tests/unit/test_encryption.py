@@ -452,7 +452,7 @@ def test_secrets_are_always_sensitive_and_can_only_be_widened() -> None:
     )
 
 
-def test_key_regex_is_literal_in_re2_and_python() -> None:
+def test_key_regex_is_literal_in_re2() -> None:
     pattern = compile_re2(key_regex(["tls.crt", "a+b", "plain"]))
     assert pattern.search("tls.crt")
     assert pattern.search("a+b")

@@ -58,7 +58,7 @@ class PolicyError(ValueError):
 
 
 def escape(text: str) -> str:
-    """`text` as a literal in RE2 syntax (the same in Python's `re`)."""
+    """`text` as a literal in RE2 syntax."""
     return "".join(f"\\{c}" if c in _METACHARACTERS else c for c in text)
 
 
