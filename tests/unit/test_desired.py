@@ -129,3 +129,12 @@ def test_suspended_target_has_no_streams() -> None:
         DEFAULT_NOISE_POLICY,
     )
     assert plan.streams == {}
+
+
+def test_a_stored_path_git_refuses_is_invalid_path() -> None:
+    """A GitTarget stored before the CRD refused `.git` segments never reaches a worker."""
+    plan = compile_plan([provider()], [target("t", "x/.GIT")], [], [], TYPES, DEFAULT_NOISE_POLICY)
+    t = plan.targets[TargetKey("ns", "t")]
+    assert t.problem is not None
+    assert t.problem.reason == "InvalidPath"
+    assert not t.writable

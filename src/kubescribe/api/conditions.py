@@ -33,6 +33,7 @@ SECRET_NOT_FOUND: Final = "SecretNotFound"
 BRANCH_NOT_ALLOWED: Final = "BranchNotAllowed"
 PATH_OVERLAP: Final = "PathOverlap"
 INVALID_TEMPLATE: Final = "InvalidTemplate"
+INVALID_PATH: Final = "InvalidPath"
 ENCRYPTION_MISSING: Final = "EncryptionMissing"
 INVALID_KEY: Final = "InvalidKey"
 INVALID_SENSITIVE_TYPE: Final = "InvalidSensitiveType"
@@ -59,6 +60,7 @@ STALLED_REASONS: Final = frozenset(
         BRANCH_NOT_ALLOWED,
         PATH_OVERLAP,
         INVALID_TEMPLATE,
+        INVALID_PATH,
         ENCRYPTION_MISSING,
         INVALID_KEY,
         INVALID_SENSITIVE_TYPE,

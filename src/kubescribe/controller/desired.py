@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from kubescribe.api.conditions import INVALID_PATH
 from kubescribe.api.models import (
     ClusterResourceRule,
     ClusterWatchRuleSpec,
@@ -164,6 +165,9 @@ def _plan_target(obj: Mapping[str, Any], providers: Mapping[ObjKey, ProviderPlan
         return TargetPlan(key, gen, spec, provider, problem=problem)
     try:
         folder = normalize_target_path(spec.path)
+    except LayoutError as exc:  # a path stored before the CRD refused it
+        return TargetPlan(key, gen, spec, provider, problem=Problem(INVALID_PATH, str(exc)))
+    try:
         layout = Layout(
             default=spec.placement.default or DEFAULT_TEMPLATE,
             per_type={(t.group, t.resource): t.template for t in spec.placement.types},
