@@ -22,6 +22,7 @@ VALIDATED: Final = "Validated"
 STREAMS_RUNNING: Final = "StreamsRunning"
 GIT_PATH_ACCEPTED: Final = "GitPathAccepted"
 PUSHED: Final = "Pushed"
+DOCUMENTS_WRITTEN: Final = "DocumentsWritten"
 ENCRYPTION_CONFIGURED: Final = "EncryptionConfigured"
 
 # reasons
