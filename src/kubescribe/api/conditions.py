@@ -48,6 +48,7 @@ CERTIFICATE_UNTRUSTED: Final = "CertificateUntrusted"
 REPOSITORY_NOT_FOUND: Final = "RepositoryNotFound"
 PERMISSION_DENIED: Final = "PermissionDenied"
 URL_REFUSED: Final = "UrlRefused"
+REDIRECT_REFUSED: Final = "RedirectRefused"
 INVALID_CREDENTIALS: Final = "InvalidCredentials"
 KNOWN_HOSTS_NOT_FOUND: Final = "KnownHostsNotFound"
 SIGNING_KEY_MISSING: Final = "SigningKeyMissing"
@@ -72,6 +73,7 @@ STALLED_REASONS: Final = frozenset(
         REPOSITORY_NOT_FOUND,
         PERMISSION_DENIED,
         URL_REFUSED,
+        REDIRECT_REFUSED,
         INVALID_CREDENTIALS,
         KNOWN_HOSTS_NOT_FOUND,
         SIGNING_KEY_MISSING,

@@ -12,6 +12,7 @@ Everything here blocks (libgit2); call it from an executor.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections.abc import Iterable
@@ -26,6 +27,7 @@ from kubescribe.git.credentials import (
     Credentials,
     GitFailure,
     classify_git_error,
+    refuse_offsite_redirects,
     remote_callbacks,
 )
 from kubescribe.git.repo import redact
@@ -136,13 +138,15 @@ def _scratch(scratch_dir: Path) -> pygit2.Repository:
     """An empty bare repository that anonymous remotes hang off; never holds objects."""
     path = scratch_dir / "probe.git"
     with _SCRATCH_LOCK:
+        repo: pygit2.Repository | None = None
         if (path / "HEAD").exists():
-            try:
-                return pygit2.Repository(str(path))
-            except pygit2.GitError:
-                pass
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return pygit2.init_repository(str(path), bare=True)
+            with contextlib.suppress(pygit2.GitError):
+                repo = pygit2.Repository(str(path))
+        if repo is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            repo = pygit2.init_repository(str(path), bare=True)
+        refuse_offsite_redirects(repo)
+        return repo
 
 
 def _connect(

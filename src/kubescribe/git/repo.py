@@ -26,6 +26,7 @@ from kubescribe.git.credentials import (
     GitCallbacks,
     GitFailure,
     classify_git_error,
+    refuse_offsite_redirects,
     remote_callbacks,
 )
 
@@ -213,6 +214,7 @@ class GitRepository:
             self._lock = _FETCH_LOCKS.setdefault(self.path.absolute(), threading.Lock())
         with self._lock:
             self.repo = _open_or_init(self.path)
+            refuse_offsite_redirects(self.repo)
         # `origin` is for humans inspecting the cache; it never holds credentials. Transfers
         # use an in-memory remote with the URL as given.
         public = _USERINFO.sub(r"\1", url) if "://" in url else url
