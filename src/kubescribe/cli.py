@@ -23,6 +23,7 @@ from kubescribe.controller.snapshot import (
     select_types,
 )
 from kubescribe.git.targets import Committer
+from kubescribe.git.urlpolicy import NetworkPolicy, set_network_policy
 from kubescribe.kube.client import KubeClient
 from kubescribe.kube.discovery import Discovered
 from kubescribe.server.attribution import AttributionOptions
@@ -151,6 +152,13 @@ def _attribution_options(command: Callable[..., None]) -> Callable[..., None]:
     "URL lets any GitProvider author write to the operator's own file system).",
 )
 @click.option(
+    "--deny-private-networks",
+    is_flag=True,
+    help="Refuse Git remotes at private, loopback, CGNAT, ULA or otherwise non-public "
+    "addresses, and cluster-local names (*.cluster.local, *.svc, single labels), checked "
+    "on every probe, fetch and push.",
+)
+@click.option(
     "--probe-interval",
     type=click.FloatRange(min=1),
     default=300.0,
@@ -165,11 +173,13 @@ def run(
     metrics_addr: str,
     log_level: str,
     allow_file_urls: bool,
+    deny_private_networks: bool,
     probe_interval: float,
     **attribution: Any,
 ) -> None:
     """Run the operator until SIGTERM/SIGINT; pending writes are flushed on the way out."""
     klog.configure(log_level)
+    set_network_policy(NetworkPolicy(deny_private=deny_private_networks))
     attribution["audit_extra_routes"] = tuple(attribution["audit_extra_routes"])
     attribution_options = AttributionOptions(**attribution)
     if problems := attribution_options.problems():

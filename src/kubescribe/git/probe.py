@@ -13,7 +13,6 @@ Everything here blocks (libgit2); call it from an executor.
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -31,11 +30,12 @@ from kubescribe.git.credentials import (
     remote_callbacks,
 )
 from kubescribe.git.repo import redact
-from kubescribe.git.urlpolicy import UrlRefused, check_url
+from kubescribe.git.urlpolicy import URL_REFUSED, UrlRefused, check_url, resolve_host
+
+__all__ = ["URL_REFUSED", "RemoteProbe", "Verdict", "probe_remote", "use_home"]
 
 Status = Literal["True", "False", "Unknown"]
 
-URL_REFUSED = "UrlRefused"
 READABLE = "Readable"
 WRITABLE = "Writable"
 PROBE_FAILED = "ProbeFailed"
@@ -71,15 +71,6 @@ def use_home(home: Path) -> None:
     non-blocking and every HTTPS transfer fails in OpenSSL with EAGAIN."""
     home.mkdir(parents=True, exist_ok=True)
     pygit2.settings.homedir = str(home)
-
-
-def resolve_host(host: str) -> list[str]:
-    """The addresses `host` resolves to, for `check_url`; none when it does not resolve (the
-    connection attempt then reports that)."""
-    try:
-        return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, None)})
-    except (OSError, UnicodeError):
-        return []
 
 
 def probe_remote(

@@ -29,6 +29,7 @@ from kubescribe.git.credentials import (
     refuse_offsite_redirects,
     remote_callbacks,
 )
+from kubescribe.git.urlpolicy import URL_REFUSED, UrlRefused, check_transfer
 
 CallbacksFactory = Callable[[], pygit2.RemoteCallbacks]
 
@@ -226,6 +227,7 @@ class GitRepository:
 
     def fetch(self, branch: str) -> pygit2.Oid | None:
         """The remote tip of `branch` (its objects fetched), or None if it does not exist."""
+        self._check_address("fetch")
         ref = _ref_name("refs/remotes/origin/", branch)
         # A fetch of a missing branch succeeds and leaves the ref alone: drop it first.
         if ref in self.repo.references:
@@ -257,6 +259,7 @@ class GitRepository:
         if local is not None:
             self._push_local(local, source, branch, new_tip, expected)
             return
+        self._check_address("push")
         callbacks = self._callbacks()
         refused: list[str] = []
         said: list[str] = []
@@ -317,6 +320,15 @@ class GitRepository:
         finally:
             with contextlib.suppress(pygit2.GitError, KeyError):
                 remote.references.delete(scratch)
+
+    def _check_address(self, what: str) -> None:
+        """The URL policy again, on the addresses the host resolves to now (DNS rebinding)."""
+        try:
+            check_transfer(self.url)
+        except UrlRefused as refused:
+            raise RemoteUnavailable(
+                f"{what} refused: {refused.message} ({refused.reason})", URL_REFUSED
+            ) from None
 
     def _classify(
         self, exc: BaseException, callbacks: pygit2.RemoteCallbacks
