@@ -645,3 +645,16 @@ async def test_a_target_folder_git_refuses_blocks_only_that_target(
     assert set(remote.files()) == {path_of("a", folder="clusters/prod")}
     assert [f[:2] for f in h.last(TARGET).failing] == [(ident("a"), "InvalidPath")]
     assert h.last(other).ok
+
+
+async def test_a_document_already_at_an_hfs_spelling_of_git_is_edited_in_place(
+    remote: BareRemote, make: Callable[..., Harness]
+) -> None:
+    """The refusal is about new paths: a file someone committed at a path that only a
+    strict server would refuse is still the document's home."""
+    odd = f"{FOLDER}/.g\u200cit/a.yaml"
+    remote.commit_foreign(odd, dump_yaml(order_document(document("a", k="1"))), "Put by hand")
+    h = make()
+    await h.settle(upsert("a", op=Operation.UPDATE, k="2"))
+    assert read_doc(remote, odd)["data"] == {"k": "2"}
+    assert h.last().failing == []

@@ -329,7 +329,7 @@ class Build:
                 previous = blob.data
             else:
                 path = _swap_suffix(entry.path, encrypted)
-            if has_reserved_segment(path):
+            if (entry is None or entry.path != path) and has_reserved_segment(path):
                 raise RefusedContent(INVALID_PATH, f"{path}: Git refuses a segment of this path")
             if not plan.free(path, identity):
                 raise RefusedContent(PATH_CONFLICT, f"{path} already holds another file")
