@@ -5,9 +5,9 @@ libgit2 refuses a tree entry named `.git` (any case, NTFS aliases such as `git~1
 `.git::$INDEX_ALLOCATION`), and `git fsck` on a receiving server (`transfer.fsckObjects`, as
 hosted forges run it) also refuses HFS+ spellings with ignorable code points (`.g\\u200cit`)
 and a directory named like `.gitmodules` or `.gitattributes`. The rules are git's
-(`is_hfs_dotgit`, `is_ntfs_dotgit`, `is_ntfs_dot_generic`), as one regular expression for the
-CRD's CEL rules (RE2) and the operator (Python `re`). Backslashes count as separators, as
-git's NTFS checks read them.
+(`is_hfs_dotgit`, `is_ntfs_dotgit`, `is_ntfs_dot_generic`) as one regular expression, written
+out for the CRD's CEL rules (RE2) and for the operator (Python `re`). Backslashes count as
+separators, as git's NTFS checks read them.
 """
 
 from __future__ import annotations
