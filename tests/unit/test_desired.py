@@ -289,3 +289,12 @@ def test_a_cluster_not_reached_yet_waits() -> None:
     problem = plan.rules[("WatchRule", ("ns", "r"))].problem
     assert problem is not None
     assert problem.reason == "ClusterNotReady"
+
+
+def test_a_stored_path_git_refuses_is_invalid_path() -> None:
+    """A GitTarget stored before the CRD refused `.git` segments never reaches a worker."""
+    plan = compile_plan([provider()], [target("t", "x/.GIT")], [], [], TYPES, DEFAULT_NOISE_POLICY)
+    t = plan.targets[TargetKey("ns", "t")]
+    assert t.problem is not None
+    assert t.problem.reason == "InvalidPath"
+    assert not t.writable

@@ -22,6 +22,7 @@ VALIDATED: Final = "Validated"
 STREAMS_RUNNING: Final = "StreamsRunning"
 GIT_PATH_ACCEPTED: Final = "GitPathAccepted"
 PUSHED: Final = "Pushed"
+DOCUMENTS_WRITTEN: Final = "DocumentsWritten"
 ENCRYPTION_CONFIGURED: Final = "EncryptionConfigured"
 SOURCE_NAMESPACE_AUTHORIZED: Final = "SourceNamespaceAuthorized"
 SOURCE_CLUSTER_REACHABLE: Final = "SourceClusterReachable"
@@ -35,6 +36,7 @@ SECRET_NOT_FOUND: Final = "SecretNotFound"
 BRANCH_NOT_ALLOWED: Final = "BranchNotAllowed"
 PATH_OVERLAP: Final = "PathOverlap"
 INVALID_TEMPLATE: Final = "InvalidTemplate"
+INVALID_PATH: Final = "InvalidPath"
 ENCRYPTION_MISSING: Final = "EncryptionMissing"
 INVALID_KEY: Final = "InvalidKey"
 INVALID_SENSITIVE_TYPE: Final = "InvalidSensitiveType"
@@ -48,6 +50,7 @@ CERTIFICATE_UNTRUSTED: Final = "CertificateUntrusted"
 REPOSITORY_NOT_FOUND: Final = "RepositoryNotFound"
 PERMISSION_DENIED: Final = "PermissionDenied"
 URL_REFUSED: Final = "UrlRefused"
+REDIRECT_REFUSED: Final = "RedirectRefused"
 INVALID_CREDENTIALS: Final = "InvalidCredentials"
 KNOWN_HOSTS_NOT_FOUND: Final = "KnownHostsNotFound"
 SIGNING_KEY_MISSING: Final = "SigningKeyMissing"
@@ -68,6 +71,7 @@ STALLED_REASONS: Final = frozenset(
         BRANCH_NOT_ALLOWED,
         PATH_OVERLAP,
         INVALID_TEMPLATE,
+        INVALID_PATH,
         ENCRYPTION_MISSING,
         INVALID_KEY,
         INVALID_SENSITIVE_TYPE,
@@ -78,6 +82,7 @@ STALLED_REASONS: Final = frozenset(
         REPOSITORY_NOT_FOUND,
         PERMISSION_DENIED,
         URL_REFUSED,
+        REDIRECT_REFUSED,
         INVALID_CREDENTIALS,
         KNOWN_HOSTS_NOT_FOUND,
         SIGNING_KEY_MISSING,

@@ -14,6 +14,8 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
+from kubescribe.gitnames import RESERVED_PATTERN
+
 GROUP: Final = "kubescribe.io"
 VERSION: Final = "v1alpha1"
 API_VERSION: Final = "kubescribe.io/v1alpha1"
@@ -66,6 +68,11 @@ _RELATIVE_PATH_RULES = (
         "self == '.' || self.startsWith('/') || !self.matches('(^|/)[.]?(/|$)')",
         "must not contain empty or '.' segments (use '.' alone for the repository root)",
     ),
+)
+_GIT_NAMES_RULE = (
+    f"!self.matches(r'{RESERVED_PATTERN}')",
+    "must not contain a segment Git refuses: .git, .gitmodules, .gitattributes or a"
+    " Windows/macOS alias of one (git~1, .git., .GIT, …)",
 )
 _BRANCH_RULES = (
     (
@@ -412,7 +419,9 @@ class TypePlacement(ApiModel):
         max_length=1024,
         description=_PATH_TEMPLATE_DOC,
         json_schema_extra=_cel(
-            ("self.endsWith('.yaml')", "must end with .yaml"), *_RELATIVE_PATH_RULES
+            ("self.endsWith('.yaml')", "must end with .yaml"),
+            *_RELATIVE_PATH_RULES,
+            _GIT_NAMES_RULE,
         ),
     )
 
@@ -428,7 +437,9 @@ class Placement(ApiModel):
             f"{_PATH_TEMPLATE_DOC} Default: `{{namespace}}/{{group}}/{{resource}}/{{name}}.yaml`."
         ),
         json_schema_extra=_cel(
-            ("self.endsWith('.yaml')", "must end with .yaml"), *_RELATIVE_PATH_RULES
+            ("self.endsWith('.yaml')", "must end with .yaml"),
+            *_RELATIVE_PATH_RULES,
+            _GIT_NAMES_RULE,
         ),
     )
     types: list[TypePlacement] = Field(
@@ -531,7 +542,7 @@ class GitTargetSpec(ApiModel):
         min_length=1,
         max_length=1024,
         description="Folder in the repository, relative, `.` for the root. Immutable.",
-        json_schema_extra=_cel(_IMMUTABLE, *_RELATIVE_PATH_RULES),
+        json_schema_extra=_cel(_IMMUTABLE, *_RELATIVE_PATH_RULES, _GIT_NAMES_RULE),
     )
     placement: Placement = Field(
         default_factory=Placement, description="Layout of documents inside `path`."

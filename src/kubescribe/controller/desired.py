@@ -251,6 +251,9 @@ def _plan_target(obj: Mapping[str, Any], providers: Mapping[ObjKey, ProviderPlan
         return TargetPlan(key, gen, spec, provider, problem=problem)
     try:
         folder = normalize_target_path(spec.path)
+    except LayoutError as exc:  # a path stored before the CRD refused it
+        return TargetPlan(key, gen, spec, provider, problem=Problem(c.INVALID_PATH, str(exc)))
+    try:
         layout = Layout(
             default=spec.placement.default or DEFAULT_TEMPLATE,
             per_type={(t.group, t.resource): t.template for t in spec.placement.types},

@@ -30,7 +30,13 @@ from kubescribe.controller.desired import (
 from kubescribe.controller.encryption import EncryptionResolver
 from kubescribe.controller.providers import Providers
 from kubescribe.controller.shards import Shards
-from kubescribe.controller.status import Cond, StatusWriter, kstatus, rfc3339
+from kubescribe.controller.status import (
+    Cond,
+    StatusWriter,
+    documents_condition,
+    kstatus,
+    rfc3339,
+)
 from kubescribe.controller.streams import StreamSpec, TargetStream
 from kubescribe.git.targets import Committer, TargetConfig, WriteReport
 from kubescribe.git.worker import BranchWorker
@@ -568,6 +574,7 @@ class Manager:
                     domain.append(Cond(c.PUSHED, "True", c.PUSHED, report.message or "Up to date"))
                 else:
                     domain.append(Cond(c.PUSHED, "False", report.reason, report.message))
+                domain.append(documents_condition(report.failing))
             if synced < len(streams):
                 progressing = f"{synced}/{len(streams)} watch streams synced"
         return domain + kstatus(

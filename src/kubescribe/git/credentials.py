@@ -76,6 +76,7 @@ class GitFailure(StrEnum):
     REMOTE_UNREACHABLE = "RemoteUnreachable"
     REPOSITORY_NOT_FOUND = "RepositoryNotFound"
     PERMISSION_DENIED = "PermissionDenied"
+    REDIRECT_REFUSED = "RedirectRefused"
     TRANSFER_FAILED = "TransferFailed"
 
 
@@ -380,6 +381,14 @@ class GitCallbacks(pygit2.RemoteCallbacks):
         self._offered.add(what)
 
 
+def refuse_offsite_redirects(repo: pygit2.Repository) -> None:
+    """libgit2 follows a first-request HTTP redirect to another host (`http.followRedirects`
+    defaults to `initial`) and sends the bearer header and basic credentials there too. Turn
+    that off for transfers through `repo`: a redirect to another host name, or from https to
+    http, fails (`RedirectRefused`). Redirects within the host name are still followed."""
+    repo.config["http.followRedirects"] = "false"
+
+
 def remote_callbacks(creds: Credentials, url: str) -> GitCallbacks:
     """Fresh callbacks for one transfer (a `GitRepository` callbacks factory calls this)."""
     return GitCallbacks(creds, url)
@@ -389,6 +398,7 @@ def remote_callbacks(creds: Credentials, url: str) -> GitCallbacks:
 _PATTERNS: tuple[tuple[GitFailure, re.Pattern[str]], ...] = tuple(
     (reason, re.compile(pattern))
     for reason, pattern in (
+        (GitFailure.REDIRECT_REFUSED, r"cannot redirect from"),
         (GitFailure.HOST_KEY_UNKNOWN, r"unknown remote ssh hostkey|host key verification"),
         (
             GitFailure.CERTIFICATE_UNTRUSTED,

@@ -6,6 +6,7 @@ import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kubescribe.gitnames import escape_segment, has_reserved_segment
 from kubescribe.mirror.identity import CLUSTER_SCOPE, CORE_GROUP, Identity, ResourceType
 from kubescribe.mirror.messages import field_problem
 
@@ -22,7 +23,8 @@ class LayoutError(ValueError):
 
 
 def validate_template(template: str) -> None:
-    """Reject templates with unknown fields, format specs, absolute paths or `..`."""
+    """Reject templates with unknown fields, format specs, absolute paths, `..` or a segment
+    Git refuses (`.git`, `git~1`, …)."""
     problem = field_problem(template, TEMPLATE_FIELDS)
     if problem is not None:
         raise LayoutError(problem)
@@ -30,6 +32,8 @@ def validate_template(template: str) -> None:
         raise LayoutError(f"template {template!r} must end with .yaml")
     if template.startswith("/") or ".." in template.split("/"):
         raise LayoutError(f"template {template!r} must be relative and must not contain '..'")
+    if has_reserved_segment(template):
+        raise LayoutError(f"template {template!r} has a segment Git refuses (like .git)")
 
 
 def normalize_target_path(path: str) -> str:
@@ -39,6 +43,8 @@ def normalize_target_path(path: str) -> str:
     parts = [p for p in path.split("/") if p not in ("", ".")]
     if ".." in parts:
         raise LayoutError(f"path {path!r} must not contain '..'")
+    if has_reserved_segment(path):
+        raise LayoutError(f"path {path!r} has a segment Git refuses (like .git)")
     return "/".join(parts)
 
 
@@ -73,7 +79,8 @@ class Layout:
             resource=_segment(rtype.resource),
             name=_segment(identity.name),
         )
-        path = posixpath.normpath(path)
+        # Object names may spell `.git` or an alias of it: such a segment gets a `_` prefix.
+        path = "/".join(escape_segment(s) for s in posixpath.normpath(path).split("/"))
         if encrypted and not path.endswith(ENCRYPTED_SUFFIX):
             path = path.removesuffix(".yaml") + ENCRYPTED_SUFFIX
         return path
