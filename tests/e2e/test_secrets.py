@@ -123,16 +123,29 @@ def wait_cond(cp: ControlPlane, ns: str, ctype: str, status: str, reason: str) -
 
 
 def assert_never_in_plaintext(remote: BareRemote, operators: list[Operator], *values: str) -> None:
-    """Neither the value nor its base64 form (as Secret data holds it) anywhere in the whole
-    Git history or in the operator's logs."""
+    """Neither the value nor its base64 form (as Secret data holds it) in any object of the
+    remote (every branch, and objects no branch reaches), in the operator's logs and metrics,
+    or in the status and Events of the kubescribe objects."""
+    objects = subprocess.run(
+        ["git", "cat-file", "--batch-all-objects", "--batch", "--unordered"],
+        cwd=remote.path,
+        capture_output=True,
+        check=True,
+    ).stdout.decode(errors="replace")
     history = git("log", "-p", "--all", cwd=remote.path)
     logs = "".join(op.logs() for op in operators)
+    cp = operators[0].cp
+    api = cp.kubectl("get", "gittargets,gitproviders,watchrules,events", "-A", "-o", "json").stdout
+    metrics = "".join(op.metrics() for op in operators if op.proc and op.proc.poll() is None)
     assert history
     assert logs
     for value in values:
         for form in (value, b64(value)):
+            assert form not in objects, "plaintext in a Git object"
             assert form not in history, "plaintext in Git history"
             assert form not in logs, "plaintext in the operator's logs"
+            assert form not in api, "plaintext in a status or an Event"
+            assert form not in metrics, "plaintext in the metrics"
 
 
 def refused(op: Operator, reason: str) -> float:

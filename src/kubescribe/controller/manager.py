@@ -138,6 +138,7 @@ class Manager:
         self._discovered: dict[tuple[str, str, str], tuple[Discovered, float]] = {}
         self._streams: dict[str, _Running] = {}
         self._workers: dict[WorkerKey, BranchWorker] = {}
+        self._stopping: dict[WorkerKey, asyncio.Task[None]] = {}
         self._cursors = CursorKeeper(self.settings.cursors)
         self._shards: Shards | None = None
         if self.settings.replica_id:
@@ -307,10 +308,16 @@ class Manager:
                 del self._workers[key]
                 self._providers.drop_worker(key)
                 stopping = self._hand_over(key, worker) if handover else _stop(worker)
-                self._tasks.append(asyncio.create_task(stopping))
+                task = asyncio.create_task(stopping)
+                task.add_done_callback(lambda _: self._poke.set())
+                self._stopping[key] = task
+                self._tasks.append(task)
         for key, targets in by_worker.items():
             if shards is not None and (not shards.owns(key) or shards.handing_over(key)):
                 continue  # another replica writes this branch
+            if key in self._stopping and not self._stopping[key].done():
+                continue  # its previous worker is still writing out (same clone)
+            self._stopping.pop(key, None)
             existing = self._workers.get(key)
             provider = targets[0].provider
             assert provider is not None and provider.spec is not None
