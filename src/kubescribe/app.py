@@ -52,13 +52,20 @@ async def run_operator(
         lease_namespace=sharing.lease_namespace,
         lease_duration=sharing.lease_duration,
     )
-    redis_url = (attribution_options or AttributionOptions()).redis_url
+    options = attribution_options or AttributionOptions()
+    if options.changes_webhook_url and options.changes_webhook_ca:
+        settings.changes_webhook = (
+            options.changes_webhook_url,
+            options.changes_webhook_ca.read_bytes(),
+        )
+    redis_url = options.redis_url
     if redis_url:
         # Imported only when configured, like the fact store: redis-py costs about 20 MB.
         from kubescribe.store.redis_cursors import RedisCursorStore  # noqa: PLC0415
 
         settings.cursors = RedisCursorStore(redis_url)
     settings.resolver, settings.request_authors = att.resolver, att.requests
+    settings.attribution_sources = att.sources
     manager = Manager(client, settings)
     runner = None
     if metrics_addr:

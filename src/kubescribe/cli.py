@@ -125,6 +125,18 @@ def _attribution_options(command: Callable[..., None]) -> Callable[..., None]:
         ),
         click.option("--webhook-tls-key", type=path, help="Its private key (PEM)."),
         click.option(
+            "--changes-webhook-url",
+            default="",
+            help="https URL at which kube-apiserver reaches this operator's /validate-changes: "
+            "register a ValidatingWebhookConfiguration for the watched types and name commit "
+            "authors from it (attribution without audit; managed clusters).",
+        ),
+        click.option(
+            "--changes-webhook-ca",
+            type=path,
+            help="CA (PEM) of the webhook's serving certificate, for the registration's caBundle.",
+        ),
+        click.option(
             "--webhook-client-ca",
             type=path,
             help="CA (PEM) that signs kube-apiserver's admission client certificate "

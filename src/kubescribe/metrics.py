@@ -179,3 +179,9 @@ HANDOVER = Histogram(
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
     registry=REGISTRY,
 )
+ATTRIBUTION_SOURCES = Counter(
+    "kubescribe_attribution_sources_total",
+    "Author resolutions by source (audit, admission, none) and outcome.",
+    ["source", "outcome"],
+    registry=REGISTRY,
+)

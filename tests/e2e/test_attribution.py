@@ -389,3 +389,50 @@ def test_hostile_audit_input_never_stops_mirroring_or_attribution(
     assert metric(op, "kubescribe_audit_events_total", 'outcome="skipped_no_object"') >= 1
     refused = 'reason="client_not_allowed",server="audit"'
     assert metric(op, "kubescribe_webhook_refusals_total", refused) == 1
+
+
+def test_audit_wins_over_admission_and_works_alone_when_the_webhook_is_down(
+    audited: Audited,
+    ns: str,
+    remote: BareRemote,
+    start_operator: Callable[..., Operator],
+) -> None:
+    changes = [
+        f"--changes-webhook-url=https://127.0.0.1:{audited.webhook_port}/validate-changes",
+        f"--changes-webhook-ca={audited.certs / 'ca.crt'}",
+    ]
+    (audited.certs / "ca.crt").write_bytes(audited.ca.cert_pem)
+    op = start_operator(*audited.flags(), *changes)
+    setup(audited, ns, remote)
+    audit_flowing(audited, op, ns)
+    wait_for(
+        lambda: (
+            audited.cp.kubectl(
+                "get", "validatingwebhookconfiguration", "kubescribe-attribution", check=False
+            ).returncode
+            == 0
+        ),
+        timeout=30,
+        what="the change webhook registered",
+    )
+    audited.kubectl_as("alice", "create", "configmap", "both", "-n", ns, "--from-literal=k=v")
+    wait_for(lambda: cm_path(ns, "both") in remote.files(), timeout=60, what="mirrored")
+    newest = remote.log()[0]
+    assert newest["author"] == "alice"
+    assert "Kubescribe-Author-Source: audit" in newest["message"]  # exact facts win
+
+    # The webhook is gone (its registration is left behind, failurePolicy Ignore): audit alone.
+    op.stop()
+    audit_only = [f for f in audited.flags() if not f.startswith("--webhook-")]
+    op = start_operator(*audit_only)
+    try:
+        audit_flowing(audited, op, ns)
+        audited.kubectl_as("bob", "create", "configmap", "alone", "-n", ns, "--from-literal=k=v")
+        wait_for(lambda: cm_path(ns, "alone") in remote.files(), timeout=60, what="mirrored")
+        newest = remote.log()[0]
+        assert newest["author"] == "bob"
+        assert "Kubescribe-Author-Source: audit" in newest["message"]
+    finally:
+        audited.cp.kubectl(
+            "delete", "validatingwebhookconfiguration", "kubescribe-attribution", check=False
+        )

@@ -30,6 +30,7 @@ class Settings:
     folder: str = "f"
     window: WindowPolicy = field(default_factory=lambda: WindowPolicy(5))
     attribution: AttributionMode = AttributionMode.CONFIGURED
+    infer_authors: bool = False
 
 
 def change(name: str, target: TargetKey = A, author: Author | None = None) -> Change:

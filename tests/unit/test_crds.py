@@ -214,6 +214,7 @@ def test_printer_columns() -> None:
         ready,
         reason,
         ("Documents", ".status.documents", 0),
+        ("Authors", '.status.conditions[?(@.type=="AuthorsAttributed")].reason', 0),
         ("Commit", ".status.lastCommit", 1),
         age,
     ]

@@ -26,6 +26,7 @@ DOCUMENTS_WRITTEN: Final = "DocumentsWritten"
 ENCRYPTION_CONFIGURED: Final = "EncryptionConfigured"
 SOURCE_NAMESPACE_AUTHORIZED: Final = "SourceNamespaceAuthorized"
 SOURCE_CLUSTER_REACHABLE: Final = "SourceClusterReachable"
+AUTHORS_ATTRIBUTED: Final = "AuthorsAttributed"
 
 # reasons
 PROGRESSING: Final = "Progressing"
@@ -62,6 +63,8 @@ CLUSTER_NOT_ALLOWED: Final = "ClusterNotAllowed"
 CLUSTER_NOT_READY: Final = "ClusterNotReady"
 CLUSTER_CONFLICT: Final = "ClusterConflict"
 KUBECONFIG_REFUSED: Final = "KubeconfigRefused"
+NO_ATTRIBUTION_SOURCE: Final = "NoAttributionSource"
+AUTHORS_UNRESOLVED: Final = "AuthorsUnresolved"
 
 STALLED_REASONS: Final = frozenset(
     {

@@ -340,9 +340,20 @@ class AttributionSpec(ApiModel):
         "configured-author",
         description=(
             "configured-author: the author is the committer. attributed-author: the author is"
-            " the user or controller that made the change, from the audit stream; when no"
-            " audit fact names them in time, a visible sentinel `unknown (attribution"
-            " unresolved)`, never the committer. Snapshot commits are always the committer's."
+            " the user or controller that made the change, from the audit stream (exact, wins)"
+            " or the operator's change admission webhook (joined by object and content; works"
+            " on managed clusters); when no source names them in time, a visible sentinel"
+            " `unknown (attribution unresolved)`, never the committer. A commit trailer"
+            " `Kubescribe-Author-Source` says which source named the author. Snapshot commits"
+            " are always the committer's."
+        ),
+    )
+    infer_from_managed_fields: bool = Field(
+        False,
+        description=(
+            "With attributed-author: when no source names the author, name the field manager of"
+            " the change's latest managedFields entry instead (e.g. `kubectl-edit (inferred)`),"
+            " marked as inferred in the author and the trailer. A tool, not a person."
         ),
     )
 
@@ -900,6 +911,7 @@ class GitTarget(ApiObject):
         Column("Path", ".spec.path"),
         *_READY_COLUMNS,
         Column("Documents", ".status.documents", "integer"),
+        Column("Authors", '.status.conditions[?(@.type=="AuthorsAttributed")].reason'),
         Column("Commit", ".status.lastCommit", priority=1),
     )
 

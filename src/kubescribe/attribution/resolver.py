@@ -21,10 +21,12 @@ Audit only names the author (ground rule 2): nothing here changes what is writte
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
 from kubescribe import metrics
+from kubescribe.attribution.admitted import AdmittedAuthors
 from kubescribe.attribution.decode import FACT_COLLECTION, FACT_DELETE, Fact
 from kubescribe.attribution.facts import (
     FactIndex,
@@ -41,6 +43,7 @@ OUTCOME_DELETE = "delete"
 OUTCOME_COLLECTION = "collection"
 OUTCOME_AMBIGUOUS = "ambiguous"
 OUTCOME_UNRESOLVED = "unresolved"
+OUTCOME_ADMITTED = "admitted"
 
 
 class AuditAuthorResolver:
@@ -62,9 +65,16 @@ class AuditAuthorResolver:
         collection_after: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        audit: bool = True,
+        admitted: AdmittedAuthors | None = None,
     ) -> None:
+        """`audit`: audit facts of `route` can arrive (a receiver runs, or Redis shares them);
+        `admitted`: the change admission webhook's facts (the operator's own cluster)."""
         self.facts = facts
         self.route = route
+        self.audit = audit
+        self.admitted = admitted
+        self.unresolved_streak = 0  # changes in a row no source named: a wiring problem
         self.grace = grace
         self.collection_before = collection_before
         self.collection_after = collection_after
@@ -72,22 +82,42 @@ class AuditAuthorResolver:
         self.wall = wall
 
     async def author_of(self, event: ObjectEvent, observed_at: float) -> Author | None:
+        """Audit facts first (exact); the admission facts of the operator's own cluster when
+        audit has nothing (at once when no audit facts can arrive, else after the grace)."""
         started = self.clock()
         deadline = observed_at + self.grace
         observed_wall = self.wall() - (started - observed_at)
+        own = event.route in ("", self.route)
+        admitted = self.admitted if own else None
         while True:
-            found = self._find(event, observed_wall)
+            found = self._find(event, observed_wall) if self.audit or not own else None
             if found is not None:
                 outcome, fact = found
-                metrics.ATTRIBUTION.labels(outcome).inc()
-                metrics.ATTRIBUTION_WAIT.observe(self.clock() - started)
-                return fact.author if fact is not None else None
+                return self._answer("audit", outcome, started, fact.author if fact else None)
             remaining = deadline - self.clock()
+            match = admitted.match(event, observed_wall) if admitted is not None else None
+            if match is not None and (not self.audit or remaining <= 0):
+                assert admitted is not None
+                admitted.use(match, observed_wall)
+                outcome = OUTCOME_ADMITTED if match.author else OUTCOME_AMBIGUOUS
+                return self._answer("admission", outcome, started, match.author)
             if remaining <= 0:
-                metrics.ATTRIBUTION.labels(OUTCOME_UNRESOLVED).inc()
-                metrics.ATTRIBUTION_WAIT.observe(self.clock() - started)
-                return None
-            await self.facts.wait(event.route or self.route, remaining)
+                return self._answer("none", OUTCOME_UNRESOLVED, started, None)
+            if self.audit or not own:
+                await self.facts.wait(event.route or self.route, remaining)
+            elif admitted is not None:
+                await admitted.wait(remaining)
+            else:
+                return self._answer("none", OUTCOME_UNRESOLVED, started, None)
+
+    def _answer(
+        self, source: str, outcome: str, started: float, author: Author | None
+    ) -> Author | None:
+        metrics.ATTRIBUTION.labels(outcome).inc()
+        metrics.ATTRIBUTION_SOURCES.labels(source, outcome).inc()
+        self.unresolved_streak = self.unresolved_streak + 1 if source == "none" else 0
+        metrics.ATTRIBUTION_WAIT.observe(self.clock() - started)
+        return dataclasses.replace(author, source=source) if author is not None else None
 
     def _find(self, event: ObjectEvent, observed_wall: float) -> tuple[str, Fact | None] | None:
         route = event.route or self.route

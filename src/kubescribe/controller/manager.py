@@ -38,6 +38,7 @@ from kubescribe.controller.status import (
     rfc3339,
 )
 from kubescribe.controller.streams import StreamSpec, TargetStream
+from kubescribe.controller.webhooks import ChangeWebhook
 from kubescribe.git.targets import Committer, TargetConfig, WriteReport
 from kubescribe.git.worker import BranchWorker
 from kubescribe.kube.client import ApiError, KubeClient
@@ -53,6 +54,8 @@ from kubescribe.mirror.window import WindowPolicy, parse_duration
 from kubescribe.store.cursors import CursorStore, NoCursorStore
 
 log = structlog.get_logger(__name__)
+
+UNRESOLVED_ALARM = 5  # changes in a row without an author before a target says so
 
 OWN_TYPES = {
     "GitProvider": ResourceType("kubescribe.io", "v1alpha1", "gitproviders", "GitProvider", True),
@@ -91,6 +94,8 @@ class Settings:
     lease_namespace: str = "default"
     lease_duration: float = 10.0
     allow_insecure_cluster_tls: bool = False  # ClusterProvider kubeconfigs without TLS checks
+    changes_webhook: tuple[str, bytes] | None = None  # (URL, CA PEM): register it for attribution
+    attribution_sources: tuple[str, ...] = ()  # audit, admission: what can name authors
 
 
 class _Cache:
@@ -150,6 +155,11 @@ class Manager:
                 on_change=self._poke.set,
             )
         self._owned: frozenset[WorkerKey] = frozenset()
+        self._webhook = (
+            ChangeWebhook(client, *self.settings.changes_webhook)
+            if self.settings.changes_webhook
+            else None
+        )
         self._clusters = ClusterProviders(
             client,
             allow_insecure=self.settings.allow_insecure_cluster_tls,
@@ -290,6 +300,8 @@ class Manager:
             self._owned = owned
             metrics.OWNED_WRITERS.set(len(owned))
             self._requests.reconsider()
+        if self._webhook is not None and self._speaks_for("webhook/attribution"):
+            await self._webhook.sync(self.plan.streams.values())
         self.synced = all(r.informer.synced.is_set() for r in self._streams.values())
         await self._write_statuses()
 
@@ -367,6 +379,7 @@ class Manager:
             group_template=messages.group,
             window=WindowPolicy(parse_duration(push.commit_window), push.max_changes_per_commit),
             attribution=AttributionMode(target.provider.spec.attribution.mode),
+            infer_authors=target.provider.spec.attribution.infer_from_managed_fields,
         )
 
     def _target_access(self, key: TargetKey) -> TargetAccess:
@@ -489,6 +502,33 @@ class Manager:
             return t.worker_key in self._workers
         return self._shards.mine(f"GitTarget/{t.key}")
 
+    def _attribution_condition(self, t: TargetPlan) -> Cond | None:
+        """With attributed-author: whether any source can name authors, and does."""
+        spec = t.provider.spec if t.provider is not None else None
+        if spec is None or AttributionMode(spec.attribution.mode) is not AttributionMode.ATTRIBUTED:
+            return None
+        sources = self.settings.attribution_sources
+        if not sources:
+            return Cond(
+                c.AUTHORS_ATTRIBUTED,
+                "False",
+                c.NO_ATTRIBUTION_SOURCE,
+                "attributed-author is set, but the operator has no audit receiver, change "
+                "webhook or Redis: every change gets the unresolved author",
+            )
+        streak = int(getattr(self.settings.resolver, "unresolved_streak", 0))
+        if streak >= UNRESOLVED_ALARM:
+            return Cond(
+                c.AUTHORS_ATTRIBUTED,
+                "False",
+                c.AUTHORS_UNRESOLVED,
+                f"The last {streak} changes found no fact from {', '.join(sources)}: check "
+                "that the API server reaches the audit receiver or the change webhook",
+            )
+        return Cond(
+            c.AUTHORS_ATTRIBUTED, "True", c.AUTHORS_ATTRIBUTED, f"From {', '.join(sources)}"
+        )
+
     def _rule_conditions(self, r: RulePlan) -> list[Cond]:
         if r.problem:
             domain = [Cond(c.VALIDATED, "False", r.problem.reason, r.problem.message)]
@@ -553,6 +593,8 @@ class Manager:
         cluster = t.layout.cluster if t.layout.cluster != LOCAL_CLUSTER else ""
         if t.writable and cluster and (reach := self._clusters.reachable(cluster)) is not None:
             domain.append(reach)  # its files are kept while the cluster is away
+        if t.writable and (attributed := self._attribution_condition(t)) is not None:
+            domain.append(attributed)
         if t.writable:
             domain += self._encryption.conditions(t.key)
             extra.update(self._encryption.status(t.key))
@@ -584,8 +626,10 @@ class Manager:
                 domain.append(documents_condition(report.failing))
             if synced < len(streams):
                 progressing = f"{synced}/{len(streams)} watch streams synced"
+        # Author wiring is reported (the Authors column), but commits flow: Ready ignores it.
+        informative = (c.STREAMS_RUNNING, c.AUTHORS_ATTRIBUTED)
         return domain + kstatus(
-            [d for d in domain if d.type != c.STREAMS_RUNNING], progressing=progressing
+            [d for d in domain if d.type not in informative], progressing=progressing
         ), extra
 
 

@@ -169,7 +169,17 @@ class TargetStream:
             cursor=Cursor(self.spec.key, rv),
             uid=str(meta.get("uid") or ""),
             audit_route=self.spec.audit_route,
+            field_manager=latest_manager(meta) if operation is not Operation.DELETE else "",
         )
+
+
+def latest_manager(meta: Mapping[str, Any]) -> str:
+    """The manager of the most recent managedFields entry (the last writer, as a tool name);
+    '' when the newest time (second precision) is shared by different managers."""
+    entries = [e for e in meta.get("managedFields") or [] if isinstance(e, Mapping)]
+    newest = max((str(e.get("time") or "") for e in entries), default="")
+    managers = {str(e.get("manager") or "") for e in entries if str(e.get("time") or "") == newest}
+    return managers.pop() if newest and len(managers) == 1 else ""
 
 
 def merge_operations(lists: Sequence[Sequence[str]]) -> frozenset[Operation]:

@@ -495,6 +495,8 @@ class Build:
         commit under `configured-author`); otherwise the actor, or `UNRESOLVED`."""
         committer = pygit2.Signature(self.writer.committer.name, self.writer.committer.email)
         signature = committer if author is None else _signature(author)
+        if author is not None and author.source:
+            text = f"{text.rstrip()}\n\n{AUTHOR_SOURCE_TRAILER}: {author.source}\n"
         parents = [self.head] if self.head is not None else []
         self.head = self.repo.create_commit(None, signature, committer, text, tree, parents)
         self.tree = tree
@@ -536,6 +538,9 @@ class Build:
             frozenset(self.unknown),
             self.requests,
         )
+
+
+AUTHOR_SOURCE_TRAILER = "Kubescribe-Author-Source"
 
 
 def _signature(author: Author) -> pygit2.Signature:

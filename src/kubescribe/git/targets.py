@@ -123,6 +123,7 @@ class TargetConfig:
     group_template: str = messages.DEFAULT_GROUP_TEMPLATE
     window: WindowPolicy = field(default_factory=WindowPolicy)
     attribution: AttributionMode = AttributionMode.CONFIGURED
+    infer_authors: bool = False  # attributed-author: the field manager when nothing else names one
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "folder", normalize_target_path(self.folder))

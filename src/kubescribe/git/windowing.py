@@ -36,8 +36,10 @@ from kubescribe.mirror.authors import (
     Author,
     AuthorResolver,
     ObjectEvent,
+    inferred_author,
 )
 from kubescribe.mirror.changes import Change, Cursor, Snapshot, TargetKey
+from kubescribe.mirror.digest import content_digest
 from kubescribe.mirror.window import Closed, CloseReason, Hold, WindowPolicy, Windows
 
 log = structlog.get_logger(__name__)
@@ -60,6 +62,9 @@ class WindowSettings(Protocol):
 
     @property
     def attribution(self) -> AttributionMode: ...
+
+    @property
+    def infer_authors(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -219,6 +224,7 @@ class Admission:
             name=identity.name,
             operation=str(change.operation),
             route=change.audit_route,
+            digest=content_digest(change.document, sanitized=True) if change.document else "",
         )
         try:
             return await resolver.author_of(event, change.observed_at)
@@ -254,7 +260,8 @@ class Admission:
         if settings is None or settings.attribution is not AttributionMode.ATTRIBUTED:
             author, key = None, self.committer  # configured-author: always the committer
         else:
-            author = key = change.author or resolved or UNRESOLVED
+            inferred = inferred_author(change.field_manager) if settings.infer_authors else None
+            author = key = change.author or resolved or inferred or UNRESOLVED
         if change.author != author:
             change = dataclasses.replace(change, author=author)
         if self._stopped:

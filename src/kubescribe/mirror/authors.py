@@ -4,14 +4,19 @@ and the audit attribution (which lives in `kubescribe.attribution`)."""
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Protocol
 
 
 @dataclass(frozen=True, order=True)
 class Author:
+    """A commit author. `source` says what named them (`audit`, `admission`, `inferred from
+    managedFields`); it is written as a commit trailer and plays no part in equality."""
+
     name: str
     email: str
+    source: str = field(default="", compare=False)
 
 
 class AttributionMode(enum.StrEnum):
@@ -40,6 +45,7 @@ class ObjectEvent:
     name: str
     operation: str  # CREATE | UPDATE | DELETE
     route: str = ""  # audit route of the object's cluster ('' = the resolver's own)
+    digest: str = ""  # `content_digest` of the observed document (joins admission facts)
 
 
 class AuthorResolver(Protocol):
@@ -66,3 +72,17 @@ class CommitRequestAuthors(Protocol):
         a re-created request of the same name apart); None when unknown. Should answer
         quickly (the record is written at admission, before the object exists)."""
         ...
+
+
+_UNSAFE = re.compile(r"[^a-z0-9._-]+")
+INFERRED = "inferred from managedFields"
+
+
+def inferred_author(manager: str) -> Author | None:
+    """The field manager of a change as its author, marked as inferred (a tool, not a person:
+    `kubectl-edit`, `helm`, `argocd-controller`)."""
+    manager = manager.strip()[:128]
+    if not manager:
+        return None
+    local = _UNSAFE.sub("-", manager.lower()).strip("-.") or "manager"
+    return Author(f"{manager} (inferred)", f"{local}@managers.kubescribe.invalid", INFERRED)

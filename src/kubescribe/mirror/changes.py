@@ -60,6 +60,7 @@ class Change:
     uid: str = ""
     author: Author | None = None
     audit_route: str = ""  # the source cluster's audit route ('' = the operator's own)
+    field_manager: str = ""  # the manager of the latest managedFields entry (inferred authors)
 
 
 @dataclass(frozen=True)

@@ -17,14 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
 from aiohttp import web
 
 from kubescribe import metrics
+from kubescribe.attribution.admitted import ROUTE as ADMISSION_ROUTE
+from kubescribe.attribution.admitted import admitted_facts
 from kubescribe.attribution.decode import FIELD_CAPS, author_from_user, json_memory_bound
+from kubescribe.attribution.facts import FactIndex
 from kubescribe.attribution.requests import RecordedRequestAuthors
 from kubescribe.server.audit import DECODED_BUDGET, READ_TIMEOUT
 from kubescribe.server.tls import ClientPolicy, peer_identities
@@ -32,6 +36,7 @@ from kubescribe.server.tls import ClientPolicy, peer_identities
 log = structlog.get_logger(__name__)
 
 PATH = "/validate-commitrequests"
+CHANGES_PATH = "/validate-changes"
 MAX_BODY = 2 * 1024 * 1024  # a review of one object (etcd caps objects at 1.5 MiB)
 DEFAULT_CLIENT = "kubescribe-admission"
 
@@ -40,8 +45,12 @@ def admission_app(
     authors: RecordedRequestAuthors,
     clients: ClientPolicy,
     *,
+    changes: FactIndex | None = None,
     read_timeout: float = READ_TIMEOUT,
 ) -> web.Application:
+    """`PATH` records CommitRequest creators; with `changes`, `CHANGES_PATH` records who wrote
+    each object of the watched types (attribution without audit, see `attribution.admitted`)."""
+
     def refuse(
         status: int, reason: str, message: str, peer: frozenset[str] = frozenset()
     ) -> web.Response:
@@ -50,7 +59,16 @@ def admission_app(
         log.warning("admission.refused", status=status, reason=reason, client=sorted(peer)[:4])
         return web.json_response({"message": message}, status=status)
 
-    async def validate(request: web.Request) -> web.Response:
+    async def validate_requests(request: web.Request) -> web.Response:
+        return await validate(request, lambda req: _record(authors, req))
+
+    async def validate_changes(request: web.Request) -> web.Response:
+        assert changes is not None
+        return await validate(request, lambda req: _record_change(changes, req))
+
+    async def validate(
+        request: web.Request, record: Callable[[Mapping[str, Any]], Awaitable[str]]
+    ) -> web.Response:
         peer = peer_identities(request.transport)
         if peer is None:
             return refuse(401, "no_client_certificate", "a client certificate is required")
@@ -81,7 +99,7 @@ def admission_app(
         if not isinstance(req, Mapping) or not isinstance(uid, str) or not 0 < len(uid) <= 128:
             return refuse(400, "not_an_admission_review", "want an AdmissionReview v1", peer)
         try:
-            result = await _record(authors, req)
+            result = await record(req)
         except Exception as exc:  # never block the API because of bookkeeping
             log.error("admission.record_failed", error=str(exc))
             result = "failed"
@@ -95,8 +113,19 @@ def admission_app(
         )
 
     app = web.Application(client_max_size=MAX_BODY)
-    app.router.add_post(PATH, validate)
+    app.router.add_post(PATH, validate_requests)
+    if changes is not None:
+        app.router.add_post(CHANGES_PATH, validate_changes)
     return app
+
+
+async def _record_change(facts: FactIndex, req: Mapping[str, Any]) -> str:
+    """Record who wrote the object; the result label (recorded, ignored)."""
+    found = admitted_facts(req, time.time())
+    if not found:
+        return "ignored"
+    await facts.add(ADMISSION_ROUTE, [(keys, record) for keys, record in found])
+    return "recorded"
 
 
 async def _record(authors: RecordedRequestAuthors, req: Mapping[str, Any]) -> str:

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 import structlog
 from aiohttp import web
 
+from kubescribe.attribution.admitted import ROUTE as ADMISSION_ROUTE
+from kubescribe.attribution.admitted import AdmittedAuthors
 from kubescribe.attribution.facts import FactIndex
 from kubescribe.attribution.requests import ROUTE as REQUESTS_ROUTE
 from kubescribe.attribution.requests import RecordedRequestAuthors
@@ -58,6 +60,8 @@ class AttributionOptions:
     webhook_tls_key: Path | None = None
     webhook_client_ca: Path | None = None
     webhook_client_cns: tuple[str, ...] = (DEFAULT_CLIENT,)
+    changes_webhook_url: str = ""  # set: record who writes watched objects (attribution)
+    changes_webhook_ca: Path | None = None  # caBundle of the registration
     max_facts: int = 100_000
     max_request_records: int = 10_000
     fact_retention: float = 900.0
@@ -77,6 +81,12 @@ class AttributionOptions:
                 "--webhook-addr needs --webhook-client-ca (kube-apiserver must authenticate: "
                 "without it anyone reaching the port could name CommitRequest authors)"
             )
+        if self.changes_webhook_url and not self.webhook_addr:
+            found.append("--changes-webhook-url needs --webhook-addr (the site that serves it)")
+        if self.changes_webhook_url and not self.changes_webhook_url.startswith("https://"):
+            found.append("--changes-webhook-url must be an https:// URL")
+        if self.changes_webhook_url and not self.changes_webhook_ca:
+            found.append("--changes-webhook-url needs --changes-webhook-ca (its caBundle)")
         cns = {c.strip() for c in self.webhook_client_cns}
         if self.webhook_addr and ("" in cns or not cns or (ANY_CLIENT in cns and len(cns) > 1)):
             found.append("--webhook-client-cn: names, or a single '*'")
@@ -107,6 +117,7 @@ class Attribution:
     facts: FactIndex
     resolver: AuthorResolver | None
     requests: CommitRequestAuthors | None
+    sources: tuple[str, ...] = ()  # where authors can come from: audit, admission
     runners: list[web.AppRunner] = field(default_factory=list)
 
 
@@ -125,7 +136,7 @@ async def attribution(opts: AttributionOptions) -> AsyncIterator[Attribution]:
     local = MemoryFactStore(
         max_records=opts.max_facts,
         retention=opts.fact_retention,
-        limits={REQUESTS_ROUTE: opts.max_request_records},
+        limits={REQUESTS_ROUTE: opts.max_request_records, ADMISSION_ROUTE: opts.max_facts},
     )
     if opts.redis_url:
         # Imported only when configured: redis-py adds about 20 MB to every process.
@@ -137,14 +148,19 @@ async def attribution(opts: AttributionOptions) -> AsyncIterator[Attribution]:
         store = local
     index: FactIndex = store
     own = opts.route
+    audit = bool(opts.audit_addr or opts.redis_url)
+    admitted = AdmittedAuthors(index) if opts.changes_webhook_url else None
     resolver = (
-        AuditAuthorResolver(index, own.name, opts.grace)
-        if opts.audit_addr or opts.redis_url
+        AuditAuthorResolver(index, own.name, opts.grace, audit=audit, admitted=admitted)
+        if audit or admitted is not None
         else None
     )
     requests = RecordedRequestAuthors(index)
     running = Attribution(
-        index, resolver, requests if opts.webhook_addr or opts.redis_url else None
+        index,
+        resolver,
+        requests if opts.webhook_addr or opts.redis_url else None,
+        sources=(("audit",) if audit else ()) + (("admission",) if admitted else ()),
     )
     reloads: list[asyncio.Task[None]] = []
     try:
@@ -175,7 +191,12 @@ async def attribution(opts: AttributionOptions) -> AsyncIterator[Attribution]:
                 opts.webhook_tls_cert, opts.webhook_tls_key, opts.webhook_client_ca
             )
             clients = ClientPolicy(frozenset(c.strip() for c in opts.webhook_client_cns))
-            app = admission_app(requests, clients, read_timeout=opts.read_timeout)
+            app = admission_app(
+                requests,
+                clients,
+                changes=index if opts.changes_webhook_url else None,
+                read_timeout=opts.read_timeout,
+            )
             running.runners.append(await _serve(app, opts.webhook_addr, ctx))
             reloads.append(
                 asyncio.create_task(
