@@ -15,6 +15,7 @@ from kubescribe.git.index import Entry, TargetIndex, folder_tree
 from kubescribe.git.pack import write_blobs
 from kubescribe.git.targets import (
     INVALID_PATH,
+    KUSTOMIZE_UNSUPPORTED,
     PACK_THRESHOLD,
     PATH_CONFLICT,
     REENCRYPT_FAILED,
@@ -37,7 +38,16 @@ from kubescribe.mirror import messages
 from kubescribe.mirror.authors import Author
 from kubescribe.mirror.changes import Change, Operation, PruneMode, Snapshot, TargetKey
 from kubescribe.mirror.identity import CORE_GROUP, Identity, ResourceType
+from kubescribe.mirror.kustomize import (
+    KustomizeError,
+    Tree,
+    base_name_of,
+    remove_replicas,
+    unsupported,
+    write_through,
+)
 from kubescribe.mirror.layout import ENCRYPTED_SUFFIX
+from kubescribe.mirror.yamlfmt import load_yaml
 
 if TYPE_CHECKING:
     from kubescribe.git.worker import Writer
@@ -50,6 +60,7 @@ class TargetResult:
     retained: int = 0
     refused: list[Refusal] = field(default_factory=list)
     failing: list[Refusal] = field(default_factory=list)
+    kustomization: str | None = None
 
 
 @dataclass
@@ -80,6 +91,10 @@ class _Plan:
         self.deletes: dict[Identity, Entry] = {}
         self._written: dict[str, Identity] = {}
         self._freed: set[str] = set()
+        # Kustomizations this commit edits (by directory) and their new blobs (by path).
+        self.kustomizations: set[str] = set()
+        self.files: dict[str, pygit2.Oid] = {}
+        self.paths: dict[Identity, str] = {}  # what a change touched when not its own file
 
     def free(self, path: str, identity: Identity) -> bool:
         """Whether `identity` may write `path`: never over another document or someone
@@ -109,6 +124,7 @@ class _Plan:
             if old is not None and old.path not in self._written:
                 edits[old.path] = None  # moved between plain and encrypted
         edits.update((e.path, e.oid) for e in self.writes.values())
+        edits.update(self.files)
         return edits
 
     def apply(self) -> None:
@@ -146,6 +162,9 @@ class Build:
         self.grouped: list[tuple[Change, str]] | None = None  # changes of the group being built
         self.requests: dict[RequestHandle, RequestResult] = {}
         self.upkept: dict[TargetKey, Any] = {}
+        # The kustomization tree each kustomized target writes through (None: plain folder).
+        self.ktrees: dict[TargetKey, Tree | None] = {}
+        self.kerrors: dict[TargetKey, str] = {}
 
     def index(self, config: TargetConfig) -> TargetIndex:
         """The target's working index, starting from the base tree (built once per tree)."""
@@ -155,9 +174,18 @@ class Build:
         key = (config.key, config.folder)
         cached = self.writer.indexes.get(key)
         tree_id = folder_tree(self.repo, self.base_tree, config.folder)
-        if cached is None or cached.tree_id != tree_id:
+        ktree = self._load_kustomizations(config)
+        translation = ("kustomize", ktree.root) if ktree is not None else None
+        if cached is None or cached.tree_id != tree_id or cached.translation != translation:
             started = time.perf_counter()
-            cached = TargetIndex.build(self.repo, self.base_tree, config.folder, cached)
+            cached = TargetIndex.build(
+                self.repo,
+                self.base_tree,
+                config.folder,
+                cached,
+                ktree.rendered_identity if ktree is not None else None,
+                translation,
+            )
             self.writer.indexes[key] = cached
             self.writer.log.info(
                 "indexed",
@@ -170,6 +198,20 @@ class Build:
         self.retained[config.key] = set(self.writer.retained.get(config.key, ()))
         self.failing[config.key] = dict(self.writer.failing.get(config.key, {}))
         return index
+
+    def _load_kustomizations(self, config: TargetConfig) -> Tree | None:
+        """The kustomization tree at the target's root in the base tree (None: none)."""
+        kz = config.kustomize
+        tree: Tree | None = None
+        if kz is not None:
+            root = posixpath.normpath(posixpath.join(config.folder, kz.root or "."))
+            root = "" if root == "." else root
+            try:
+                tree = Tree.load(root, lambda path: _read(self.repo, self.base_tree, path))
+            except KustomizeError as exc:
+                self.kerrors[config.key] = f"kustomization not readable: {exc}"
+        self.ktrees[config.key] = tree
+        return tree
 
     def apply(self, item: Item) -> None:
         config = self.targets.get(item.target)
@@ -234,13 +276,14 @@ class Build:
                 retained.add(identity)
                 return
             retained.discard(identity)
-            plan.delete(identity, entry)
+            self._delete(plan, config, identity, entry)
         else:
             retained.discard(identity)
             self._upsert(config, plan, identity, change.rtype, change.document)
 
         def message() -> str:
-            entry = plan.writes.get(identity) or plan.deletes[identity]
+            entry = plan.writes.get(identity) or plan.deletes.get(identity)
+            path = entry.path if entry is not None else plan.paths[identity]
             rtype = change.rtype
             return messages.render(
                 config.change_template,
@@ -254,7 +297,7 @@ class Build:
                     "name": identity.name,
                     "ref": identity.ref,
                     "target": str(config.key),
-                    "path": entry.path,
+                    "path": path,
                 },
             )
 
@@ -273,7 +316,7 @@ class Build:
             ):
                 entry = index.get(identity)
                 assert entry is not None
-                plan.delete(identity, entry)
+                self._delete(plan, config, identity, entry)
             else:
                 kept.add(identity)
         for identity in sorted(snapshot.documents, key=_sort_key):
@@ -314,13 +357,35 @@ class Build:
         document: Mapping[str, Any],
     ) -> None:
         """Plan writing one document where it lives (or at its layout path, if new)."""
+        tree = self.ktrees.get(config.key)
+        if config.key in self.kerrors:
+            self._refuse(config, identity, KUSTOMIZE_UNSUPPORTED, self.kerrors[config.key])
+        elif tree is not None:
+            self._upsert_kustomized(config, plan, identity, rtype, document, tree)
+        else:
+            self._write(config, plan, identity, rtype, document, config.folder)
+
+    def _write(
+        self,
+        config: TargetConfig,
+        plan: _Plan,
+        identity: Identity,
+        rtype: ResourceType,
+        document: Mapping[str, Any],
+        folder: str,
+        placed_as: Identity | None = None,
+    ) -> str | None:
+        """Plan the document's file (new ones at the layout path of `placed_as`, by default
+        their identity, under `folder`); the path written (also when unchanged), None when
+        refused."""
         entry = plan.index.get(identity)
         try:
             encrypted = config.renderer.encrypted(rtype)
             previous: bytes | None = None
             if entry is None:
                 path = posixpath.join(
-                    config.folder, config.layout.path_for(identity, rtype, encrypted=encrypted)
+                    folder,
+                    config.layout.path_for(placed_as or identity, rtype, encrypted=encrypted),
                 )
             elif entry.path.endswith(ENCRYPTED_SUFFIX) == encrypted:
                 path = entry.path
@@ -336,19 +401,92 @@ class Build:
             data = config.renderer.render(identity, rtype, document, previous)
         except RefusedContent as refused:
             self._refuse(config, identity, refused.reason, refused.message)
-            return
+            return None
         except Exception as exc:  # one bad document must not block the branch
             self.writer.log.exception(
                 "rendering failed", target=str(config.key), kind=identity.kind
             )
             self._refuse(config, identity, RENDER_FAILED, f"{type(exc).__name__}: {exc}")
-            return
+            return None
         oid = pygit2.hash(data)
         self.failing[config.key].pop(identity, None)
         if entry is not None and entry.path == path and entry.oid == oid:
-            return
+            return path
         self.blobs[oid] = data
         plan.write(identity, Entry(path, oid))
+        return path
+
+    def _upsert_kustomized(
+        self,
+        config: TargetConfig,
+        plan: _Plan,
+        identity: Identity,
+        rtype: ResourceType,
+        document: Mapping[str, Any],
+        tree: Tree,
+    ) -> None:
+        """Write a document through the kustomization that lists its file (a new one is
+        placed under the root kustomization's folder and listed there): the fields the
+        kustomizations govern are edited there, the file keeps its own values of them."""
+        assert config.kustomize is not None
+        entry = plan.index.get(identity)
+        chain = tree.chain_of(entry.path) if entry is not None else None
+        listed = chain is not None
+        if chain is None:
+            if entry is not None and not _under(entry.path, tree.root):
+                # a file the rendered folder does not include: edited as it is
+                self._write(config, plan, identity, rtype, document, config.folder)
+                return
+            chain = tree.chain(tree.root)
+        base_name = base_name_of(identity, chain)
+        problem = unsupported(identity, chain, tree, base_name)
+        edits = {}
+        content = dict(document)
+        if problem is None:
+            old: Mapping[str, Any] | None = None
+            if entry is not None and not entry.path.endswith(ENCRYPTED_SUFFIX):
+                blob = self.repo[entry.oid]
+                assert isinstance(blob, pygit2.Blob)
+                try:
+                    loaded = load_yaml(blob.data)
+                except Exception:
+                    loaded = None
+                old = loaded if isinstance(loaded, dict) else None
+            through = write_through(document, identity, old, chain)
+            problem, content, edits = through.problem, through.document, through.edits
+        if problem is not None:
+            if config.kustomize.write_unsupported:
+                self._write(config, plan, identity, rtype, document, tree.root)
+            self._refuse(config, identity, KUSTOMIZE_UNSUPPORTED, f"not written through: {problem}")
+            return
+        placed_as = Identity(identity.group, identity.kind, identity.namespace, base_name)
+        path = self._write(config, plan, identity, rtype, content, tree.root, placed_as)
+        if path is None:
+            return
+        if not listed:
+            plan.kustomizations.add(tree.add_file(path))
+        elif entry is not None and entry.path != path:
+            moved = tree.move_file(entry.path, path)
+            if moved is not None:
+                plan.kustomizations.add(moved)
+        for k in edits.values():
+            tree.replace(k)
+            plan.kustomizations.add(k.dir)
+            plan.paths[identity] = k.path
+
+    def _delete(self, plan: _Plan, config: TargetConfig, identity: Identity, entry: Entry) -> None:
+        """Plan removing a document's file, and its entries in the kustomizations."""
+        plan.delete(identity, entry)
+        tree = self.ktrees.get(config.key)
+        chain = tree.chain_of(entry.path) if tree is not None else None
+        if tree is None or chain is None:
+            return
+        removed = tree.remove_file(entry.path)
+        if removed is not None:
+            plan.kustomizations.add(removed)
+        for k in remove_replicas(chain, identity, base_name_of(identity, chain)).values():
+            tree.replace(k)
+            plan.kustomizations.add(k.dir)
 
     def _refuse(self, config: TargetConfig, identity: Identity, reason: str, message: str) -> None:
         result = self.results.setdefault(config.key, TargetResult())
@@ -365,6 +503,14 @@ class Build:
         message: Callable[[], str],
     ) -> None:
         """Commit the plan on the chain; nothing when it changes nothing."""
+        ktree = self.ktrees.get(config.key)
+        if ktree is not None:
+            for directory in sorted(plan.kustomizations):
+                k = ktree.kustomizations[directory]
+                data = k.dump()
+                oid = pygit2.hash(data)
+                self.blobs[oid] = data
+                plan.files[k.path] = oid
         self._store_blobs()
         while True:
             edits = plan.edits()
@@ -524,6 +670,9 @@ class Build:
             result = self.results.setdefault(key, TargetResult())
             result.documents = len(index)
             result.retained = len(self.retained[key])
+            tree = self.ktrees.get(key)
+            if tree is not None:
+                result.kustomization = tree.kustomizations[tree.root].path
             result.failing = [
                 (i, *why)
                 for i, why in sorted(self.failing[key].items(), key=lambda f: _sort_key(f[0]))
@@ -554,6 +703,22 @@ def _sort_key(identity: Identity) -> tuple[str, str, str, str]:
 
 def _count(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _read(repo: pygit2.Repository, root: pygit2.Oid | None, path: str) -> bytes | None:
+    """The content of the file at `path` in the root tree `root`, if there is one."""
+    tree = repo[root] if root is not None else None
+    if not isinstance(tree, pygit2.Tree):
+        return None
+    try:
+        obj = repo[tree[path].id]
+    except KeyError:
+        return None
+    return obj.data if isinstance(obj, pygit2.Blob) else None
+
+
+def _under(path: str, folder: str) -> bool:
+    return not folder or path.startswith(folder + "/")
 
 
 def _swap_suffix(path: str, encrypted: bool) -> str:
