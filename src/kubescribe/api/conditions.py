@@ -26,6 +26,7 @@ DOCUMENTS_WRITTEN: Final = "DocumentsWritten"
 ENCRYPTION_CONFIGURED: Final = "EncryptionConfigured"
 SOURCE_NAMESPACE_AUTHORIZED: Final = "SourceNamespaceAuthorized"
 SOURCE_CLUSTER_REACHABLE: Final = "SourceClusterReachable"
+RENDER_MATCHES_LIVE: Final = "RenderMatchesLive"
 
 # reasons
 PROGRESSING: Final = "Progressing"
@@ -62,6 +63,8 @@ CLUSTER_NOT_ALLOWED: Final = "ClusterNotAllowed"
 CLUSTER_NOT_READY: Final = "ClusterNotReady"
 CLUSTER_CONFLICT: Final = "ClusterConflict"
 KUBECONFIG_REFUSED: Final = "KubeconfigRefused"
+KUSTOMIZE_UNSUPPORTED: Final = "KustomizeUnsupported"
+RENDER_MISMATCH: Final = "RenderMismatch"
 
 STALLED_REASONS: Final = frozenset(
     {
@@ -93,6 +96,7 @@ STALLED_REASONS: Final = frozenset(
         CLUSTER_NOT_ALLOWED,
         CLUSTER_CONFLICT,
         KUBECONFIG_REFUSED,
+        KUSTOMIZE_UNSUPPORTED,
     }
 )
 """Reasons that need a change by a user: a False condition with one makes the object Stalled."""

@@ -35,10 +35,11 @@ from kubescribe.controller.status import (
     StatusWriter,
     documents_condition,
     kstatus,
+    render_condition,
     rfc3339,
 )
 from kubescribe.controller.streams import StreamSpec, TargetStream
-from kubescribe.git.targets import Committer, TargetConfig, WriteReport
+from kubescribe.git.targets import Committer, KustomizeConfig, TargetConfig, WriteReport
 from kubescribe.git.worker import BranchWorker
 from kubescribe.kube.client import ApiError, KubeClient
 from kubescribe.kube.discovery import Discovered, discover
@@ -91,6 +92,7 @@ class Settings:
     lease_namespace: str = "default"
     lease_duration: float = 10.0
     allow_insecure_cluster_tls: bool = False  # ClusterProvider kubeconfigs without TLS checks
+    kustomize: str | None = None  # the kustomize binary for GitTarget render checks
 
 
 class _Cache:
@@ -360,6 +362,18 @@ class Manager:
             group_template=messages.group,
             window=WindowPolicy(parse_duration(push.commit_window), push.max_changes_per_commit),
             attribution=AttributionMode(target.provider.spec.attribution.mode),
+            kustomize=self._kustomize_config(target),
+        )
+
+    def _kustomize_config(self, target: TargetPlan) -> KustomizeConfig | None:
+        assert target.spec is not None
+        spec = target.spec.kustomize
+        if spec.mode == "Disabled":
+            return None
+        return KustomizeConfig(
+            root="" if spec.root == "." else spec.root,
+            write_unsupported=spec.write_unsupported,
+            render_check=self.settings.kustomize if spec.render_check else None,
         )
 
     def _target_access(self, key: TargetKey) -> TargetAccess:
@@ -575,6 +589,8 @@ class Manager:
                 else:
                     domain.append(Cond(c.PUSHED, "False", report.reason, report.message))
                 domain.append(documents_condition(report.failing))
+                if report.kustomization is not None:
+                    domain.append(render_condition(report.kustomization, report.failing))
             if synced < len(streams):
                 progressing = f"{synced}/{len(streams)} watch streams synced"
         return domain + kstatus(

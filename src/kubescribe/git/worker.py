@@ -303,6 +303,7 @@ class BranchWorker:
                 last.commit, last.pushed_at = result.commit, pushed_at
             last.documents, last.retained = result.documents, result.retained
             last.failing = result.failing
+            last.kustomization = result.kustomization
             for _, reason, _ in result.refused:
                 metrics.REFUSED.labels(reason).inc()
             metrics.DOCUMENTS.labels(str(key)).set(result.documents)
@@ -322,6 +323,7 @@ class BranchWorker:
                     last.retained,
                     result.refused,
                     last.failing,
+                    last.kustomization,
                 )
             )
         if cursors and self._on_pushed is not None:
@@ -364,6 +366,7 @@ class BranchWorker:
                     last.documents,
                     last.retained,
                     failing=last.failing,
+                    kustomization=last.kustomization,
                 )
             )
 
@@ -427,6 +430,7 @@ class _Last:
     documents: int = 0
     retained: int = 0
     failing: list[Refusal] = field(default_factory=list)
+    kustomization: str | None = None
 
 
 def _collapse(items: list[Item]) -> tuple[list[Item], list[Cursor]]:
