@@ -14,7 +14,7 @@ import yaml
 
 from kubescribe.devenv import kustomize
 from kubescribe.devenv.gitremote import BareRemote
-from kubescribe.git.targets import KUSTOMIZE_UNSUPPORTED, KustomizeConfig
+from kubescribe.git.targets import KUSTOMIZE_UNSUPPORTED, RENDER_MISMATCH, KustomizeConfig
 from kubescribe.mirror.changes import Change, Operation, PruneMode
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
@@ -230,3 +230,29 @@ async def test_generated_configmap_is_reported_and_not_written(
     assert (identity.name, reason) == ("generated-7h2k5c9f8m", KUSTOMIZE_UNSUPPORTED)
     assert "configMapGenerator generated" in message
     kustomize.build_remote(kustomize_bin, remote.path, FOLDER)  # still builds
+
+
+async def test_render_check_reports_what_kustomize_renders_differently(
+    remote: BareRemote, make: Callable[..., Harness], kustomize_bin: Path
+) -> None:
+    # buildMetadata adds an annotation to every rendered object: the live ones lack it.
+    kustomization = "buildMetadata: [originAnnotations]\nresources: []\n"
+    remote.commit_foreign(f"{FOLDER}/kustomization.yaml", kustomization, "origin annotations")
+    h = make(
+        target(
+            PruneMode.ALWAYS,
+            folder=FOLDER,
+            kustomize=KustomizeConfig(render_check=str(kustomize_bin)),
+        )
+    )
+    await h.settle(change(configmap("a", k="1"), CONFIGMAPS, "a", Operation.CREATE))
+    assert "prod/core/configmaps/a.yaml" in remote.read(f"{FOLDER}/kustomization.yaml")
+    (identity, reason, message), *_ = h.last().failing
+    assert (identity.name, reason) == ("a", RENDER_MISMATCH)
+    assert "renders differently" in message
+
+    remote.commit_foreign(
+        f"{FOLDER}/kustomization.yaml", "resources:\n- prod/core/configmaps/a.yaml\n", "fix"
+    )
+    await h.settle(change(configmap("a", k="2"), CONFIGMAPS, "a", Operation.UPDATE))
+    assert h.last().failing == []

@@ -3,7 +3,10 @@ the file edits of each commit checked against the target's index."""
 
 from __future__ import annotations
 
+import os
 import posixpath
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +23,7 @@ from kubescribe.git.targets import (
     PATH_CONFLICT,
     REENCRYPT_FAILED,
     RENDER_FAILED,
+    RENDER_MISMATCH,
     SOPS_CONFIG,
     Encrypting,
     Item,
@@ -37,7 +41,7 @@ from kubescribe.gitnames import has_reserved_segment
 from kubescribe.mirror import messages
 from kubescribe.mirror.authors import Author
 from kubescribe.mirror.changes import Change, Operation, PruneMode, Snapshot, TargetKey
-from kubescribe.mirror.identity import CORE_GROUP, Identity, ResourceType
+from kubescribe.mirror.identity import CORE_GROUP, Identity, ResourceType, identity_of
 from kubescribe.mirror.kustomize import (
     KustomizeError,
     Tree,
@@ -47,7 +51,7 @@ from kubescribe.mirror.kustomize import (
     write_through,
 )
 from kubescribe.mirror.layout import ENCRYPTED_SUFFIX
-from kubescribe.mirror.yamlfmt import load_yaml
+from kubescribe.mirror.yamlfmt import load_yaml, load_yaml_all
 
 if TYPE_CHECKING:
     from kubescribe.git.worker import Writer
@@ -551,6 +555,75 @@ class Build:
                 found = True
         return found
 
+    def render_check(self, batch: list[Item]) -> None:
+        """For targets with a render check: `kustomize build` of the root in the built tree
+        must give every changed object as it is live (deleted ones: not at all). A difference
+        is `RenderMismatch` for that object until a later check agrees."""
+        changes: dict[TargetKey, dict[Identity, Change]] = {}
+        for item in batch:
+            members = item.changes if isinstance(item, Group) else [item]
+            for change in members:
+                if isinstance(change, Change):
+                    changes.setdefault(change.target, {})[change.identity] = change
+        for key, changed in changes.items():
+            config = self.targets.get(key)
+            ktree = self.ktrees.get(key)
+            if config is None or config.kustomize is None or ktree is None:
+                continue
+            binary = config.kustomize.render_check
+            if not binary:
+                continue
+            failing = self.failing[key]
+            started = time.perf_counter()
+            try:
+                rendered = self._kustomize_build(binary, config.folder, ktree.root)
+            except Exception as exc:
+                first = min(changed, key=_sort_key)
+                failing[first] = (RENDER_MISMATCH, f"kustomize build failed: {exc}")
+                continue
+            for identity, change in changed.items():
+                if config.renderer.encrypted(change.rtype) or failing.get(identity, ("",))[
+                    0
+                ] not in (RENDER_MISMATCH, ""):
+                    continue  # ciphertext, or already reported for another reason
+                got = rendered.get(identity)
+                want = None if change.document is None else dict(change.document)
+                if got == want:
+                    failing.pop(identity, None)
+                else:
+                    what = "still renders" if want is None else "renders differently"
+                    failing[identity] = (RENDER_MISMATCH, f"kustomize build {what} than live")
+            self.writer.log.info(
+                "render check",
+                target=str(key),
+                objects=len(changed),
+                seconds=round(time.perf_counter() - started, 3),
+            )
+
+    def _kustomize_build(
+        self, binary: str, folder: str, root: str
+    ) -> dict[Identity, dict[str, Any]]:
+        """`kustomize build` of `root`, with the target folder of the built tree on disk."""
+        with tempfile.TemporaryDirectory(prefix="kubescribe-render-") as scratch:
+            top = folder_tree(self.repo, self.tree, folder)
+            if top is not None:
+                _export(self.repo, top, scratch)
+            inner = posixpath.relpath(root, folder) if folder else (root or ".")
+            done = subprocess.run(
+                [binary, "build", posixpath.join(scratch, inner)],
+                capture_output=True,
+                timeout=60,
+                check=False,
+            )
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr.decode(errors="replace").strip()[-500:])
+        out: dict[Identity, dict[str, Any]] = {}
+        for doc in load_yaml_all(done.stdout):
+            identity = identity_of(doc) if isinstance(doc, dict) else None
+            if identity is not None:
+                out[identity] = doc
+        return out
+
     def upkeep(self) -> None:
         """Keep encrypted target folders in step with their renderer (see `Encrypting`)."""
         for config in self.targets.values():
@@ -715,6 +788,22 @@ def _read(repo: pygit2.Repository, root: pygit2.Oid | None, path: str) -> bytes 
     except KeyError:
         return None
     return obj.data if isinstance(obj, pygit2.Blob) else None
+
+
+def _export(repo: pygit2.Repository, tree_id: pygit2.Oid, directory: str) -> None:
+    """Write the files of a tree under `directory` (symlinks and submodules are skipped)."""
+    tree = repo[tree_id]
+    assert isinstance(tree, pygit2.Tree)
+    for entry in tree:
+        name = entry.name
+        assert name is not None
+        path = os.path.join(directory, name)
+        if entry.type_str == "tree":
+            os.mkdir(path)
+            _export(repo, entry.id, path)
+        elif entry.type_str == "blob" and entry.filemode != 0o120000:
+            with open(path, "wb") as f:
+                f.write(repo[entry.id].read_raw())
 
 
 def _under(path: str, folder: str) -> bool:

@@ -540,6 +540,7 @@ class Writer:
             build.upkeep()
             for item in batch:
                 build.apply(item)
+            build.render_check(batch)
             built = time.perf_counter()
             if build.head == base:
                 build.commit_state()
