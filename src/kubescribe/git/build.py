@@ -210,10 +210,17 @@ class Build:
         if kz is not None:
             root = posixpath.normpath(posixpath.join(config.folder, kz.root or "."))
             root = "" if root == "." else root
-            try:
-                tree = Tree.load(root, lambda path: _read(self.repo, self.base_tree, path))
-            except KustomizeError as exc:
-                self.kerrors[config.key] = f"kustomization not readable: {exc}"
+            folder_id = folder_tree(self.repo, self.base_tree, config.folder)
+            # Parsed once per folder tree: a build takes the writer's tree (and edits it);
+            # `commit_state` gives it back for the tree it built, a failed build drops it.
+            cached = self.writer.ktrees.pop((config.key, root), None)
+            if cached is not None and cached[0] == folder_id and folder_id is not None:
+                tree = cached[1]
+            else:
+                try:
+                    tree = Tree.load(root, lambda path: _read(self.repo, self.base_tree, path))
+                except KustomizeError as exc:
+                    self.kerrors[config.key] = f"kustomization not readable: {exc}"
         self.ktrees[config.key] = tree
         return tree
 
@@ -728,6 +735,10 @@ class Build:
 
     def commit_state(self) -> None:
         """The attempt is final (pushed or nothing to push): its indexes become the cache."""
+        for key, ktree in self.ktrees.items():
+            if ktree is not None:
+                folder_id = folder_tree(self.repo, self.tree, self.targets[key].folder)
+                self.writer.ktrees[(key, ktree.root)] = (folder_id, ktree)
         for key, index in self.indexes.items():
             index.tree_id = folder_tree(self.repo, self.tree, index.folder)
             self.writer.indexes[(key, index.folder)] = index

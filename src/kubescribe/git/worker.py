@@ -484,6 +484,8 @@ class Writer:
         self.upkept: dict[TargetKey, tuple[pygit2.Oid | None, Any]] = {}
         self.file_recipients: dict[pygit2.Oid, frozenset[str] | None] = {}
         self.rekey_failed: set[tuple[pygit2.Oid, Any]] = set()
+        # Parsed kustomization trees, by (target, root): (target folder tree, tree).
+        self.ktrees: dict[tuple[TargetKey, str], tuple[pygit2.Oid | None, Any]] = {}
 
     def open(self) -> GitRepository:
         if self.repo is None:
@@ -494,6 +496,7 @@ class Writer:
     def close(self) -> None:
         self.repo = None
         self.indexes.clear()
+        self.ktrees.clear()
         self.upkept.clear()
         self.file_recipients.clear()
 

@@ -79,6 +79,7 @@ _CLUSTER_KINDS = frozenset(
     }
 )
 _REMOTE = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|git@|github\.com/|gitlab\.com/|bitbucket\.org/)")
+_FILE_SUFFIXES = (".yaml", ".yml", ".json")
 _HASH_SUFFIX = re.compile(r"-[a-z0-9]{10}$")
 _TAG = re.compile(r"(@sha256)?(:[a-zA-Z0-9_.{}-]*)?")
 
@@ -155,7 +156,11 @@ class Kustomization:
         return out.getvalue().encode()
 
     def copy(self) -> Kustomization:
-        return Kustomization(self.path, copy.deepcopy(self.data), self.style)
+        # A round trip through text: deep copies of ruamel's comment-carrying nodes are
+        # an order of magnitude slower.
+        copied = Kustomization.parse(self.path, self.dump())
+        copied.style = self.style
+        return copied
 
     def str_value(self, key: str) -> str:
         value = self.data.get(key)
@@ -256,6 +261,9 @@ class Tree:
             if path.startswith("../") or path == "..":
                 problems.append(f"resource {entry} outside the target folder")
                 continue
+            if path.endswith(_FILE_SUFFIXES):
+                self.listed.setdefault(path, directory)  # a file: no kustomization to look for
+                continue
             sub = kustomization_at(read, "" if path == "." else path)
             if sub is not None:
                 subdir = posixpath.dirname(sub[0])
@@ -337,6 +345,16 @@ def _namespace(chain: list[Kustomization]) -> str:
     return ""
 
 
+def names_of(base_name: str, chain: list[Kustomization]) -> set[str]:
+    """Every name an object has on its way through `chain`: kustomize matches `replicas:`
+    entries and patch targets against any of them."""
+    names = set()
+    for i in range(len(chain) + 1):
+        prefix, suffix = _affixes(chain[:i])
+        names.add(prefix + base_name + suffix)
+    return names
+
+
 def render_identity(identity: Identity, chain: list[Kustomization]) -> Identity:
     prefix, suffix = _affixes(chain)
     namespace = identity.namespace
@@ -367,7 +385,7 @@ def generated_by(identity: Identity, chain: list[Kustomization]) -> str | None:
     return None
 
 
-def _patch_targets(k: Kustomization, identity: Identity, base_name: str) -> str | None:
+def _patch_targets(k: Kustomization, identity: Identity, names: set[str]) -> str | None:
     for key in _PATCHES:
         for patch in k.entries(key):
             target = patch.get("target") if isinstance(patch, Mapping) else None
@@ -377,7 +395,7 @@ def _patch_targets(k: Kustomization, identity: Identity, base_name: str) -> str 
             if isinstance(target, Mapping):
                 if target.get("kind") not in (None, identity.kind):
                     continue
-                if target.get("name") not in (None, base_name, identity.name):
+                if target.get("name") is not None and target.get("name") not in names:
                     continue
                 return f"{key} in {k.path}"
             if isinstance(patch, str):
@@ -397,8 +415,9 @@ def unsupported(
     generator = generated_by(identity, chain)
     if generator is not None:
         return generator
+    names = names_of(base_name, chain) | {identity.name}
     for k in chain:
-        hit = _patch_targets(k, identity, base_name)
+        hit = _patch_targets(k, identity, names)
         if hit is not None:
             return hit
     return None
@@ -510,16 +529,13 @@ def write_through(
         return out.edits[k.dir]
 
     # replicas
-    if identity.kind in _REPLICA_KINDS and not identity.group.startswith("x"):
+    names = names_of(base_name, chain)
+    if identity.kind in _REPLICA_KINDS:
         live_count = (live.get("spec") or {}).get("replicas")
         governing: tuple[Kustomization, int] | None = None
         for k in chain:
             for i, entry in enumerate(k.entries("replicas")):
-                if isinstance(entry, Mapping) and entry.get("name") in (
-                    base_name,
-                    name,
-                    meta["name"],
-                ):
+                if isinstance(entry, Mapping) and entry.get("name") in names:
                     governing = (k, i)
         if governing is not None and isinstance(live_count, int):
             k, i = governing
@@ -601,21 +617,18 @@ def remove_replicas(
     edits: dict[str, Kustomization] = {}
     if identity.kind not in _REPLICA_KINDS:
         return edits
+    names = names_of(base_name, chain)
     for k in chain:
         seq = k.data.get("replicas")
         if not isinstance(seq, list):
             continue
-        keep = [
-            e
-            for e in seq
-            if not (isinstance(e, Mapping) and e.get("name") in (base_name, identity.name))
-        ]
+        keep = [e for e in seq if not (isinstance(e, Mapping) and e.get("name") in names)]
         if len(keep) != len(seq):
             new = k.copy()
             new_seq = new.data["replicas"]
             for i in reversed(range(len(new_seq))):
                 e = new_seq[i]
-                if isinstance(e, Mapping) and e.get("name") in (base_name, identity.name):
+                if isinstance(e, Mapping) and e.get("name") in names:
                     del new_seq[i]
             if not new_seq:
                 del new.data["replicas"]
