@@ -256,3 +256,33 @@ async def test_render_check_reports_what_kustomize_renders_differently(
     )
     await h.settle(change(configmap("a", k="2"), CONFIGMAPS, "a", Operation.UPDATE))
     assert h.last().failing == []
+
+
+async def test_object_of_a_multi_document_file_is_reported_not_duplicated(
+    remote: BareRemote, make: Callable[..., Harness], kustomize_bin: Path
+) -> None:
+    both = "\n---\n".join(
+        yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}})
+        for n in ("one", "two")
+    )
+    remote.commit_foreign(f"{FOLDER}/kustomization.yaml", "resources: [both.yaml]\n", "k")
+    remote.commit_foreign(f"{FOLDER}/both.yaml", both, "two in one file")
+    tip = remote.tip()
+    h = make(target(PruneMode.NEVER, folder=FOLDER, kustomize=KustomizeConfig()))
+    doc = configmap("two", k="1")
+    doc["metadata"].pop("namespace")
+    item = Change(
+        TARGET,
+        Operation.UPDATE,
+        Identity("", "ConfigMap", "", "two"),
+        CONFIGMAPS,
+        doc,
+        time.monotonic(),
+        cursor(),
+    )
+    await h.settle(item)
+    assert remote.tip() == tip
+    (identity, reason, message), *_ = h.last().failing
+    assert (identity.name, reason) == ("two", KUSTOMIZE_UNSUPPORTED)
+    assert f"multi-document file {FOLDER}/both.yaml" in message
+    kustomize.build_remote(kustomize_bin, remote.path, FOLDER)

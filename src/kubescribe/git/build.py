@@ -47,6 +47,7 @@ from kubescribe.mirror.kustomize import (
     Tree,
     base_name_of,
     remove_replicas,
+    render_identity,
     unsupported,
     write_through,
 )
@@ -169,6 +170,7 @@ class Build:
         # The kustomization tree each kustomized target writes through (None: plain folder).
         self.ktrees: dict[TargetKey, Tree | None] = {}
         self.kerrors: dict[TargetKey, str] = {}
+        self.kmulti: dict[TargetKey, dict[Identity, str]] = {}
 
     def index(self, config: TargetConfig) -> TargetIndex:
         """The target's working index, starting from the base tree (built once per tree)."""
@@ -445,8 +447,25 @@ class Build:
         listed = chain is not None
         if chain is None:
             if entry is not None and not _under(entry.path, tree.root):
-                # a file the rendered folder does not include: edited as it is
+                # A file the rendered folder does not include (and cannot: kustomize loads
+                # files only from under a kustomization): edited where it is, and reported.
                 self._write(config, plan, identity, rtype, document, config.folder)
+                root = tree.kustomizations[tree.root].path
+                self._refuse(
+                    config,
+                    identity,
+                    KUSTOMIZE_UNSUPPORTED,
+                    f"not written through: {entry.path} is not rendered by {root}",
+                )
+                return
+            if entry is None and (held := self._multi_documents(config, tree).get(identity)):
+                # rendered from a file of several documents: a new file would duplicate it
+                self._refuse(
+                    config,
+                    identity,
+                    KUSTOMIZE_UNSUPPORTED,
+                    f"not written through: rendered from the multi-document file {held}",
+                )
                 return
             chain = tree.chain(tree.root)
         base_name = base_name_of(identity, chain)
@@ -484,6 +503,31 @@ class Build:
             tree.replace(k)
             plan.kustomizations.add(k.dir)
             plan.paths[identity] = k.path
+
+    def _multi_documents(self, config: TargetConfig, tree: Tree) -> dict[Identity, str]:
+        """Identities rendered from listed files the index does not hold (several documents,
+        or not a single object), by their file; read once per build."""
+        found = self.kmulti.get(config.key)
+        if found is not None:
+            return found
+        found = self.kmulti[config.key] = {}
+        index = self.index(config)
+        for path in list(tree.files()):
+            if index.holds(path):
+                continue
+            data = _read(self.repo, self.tree, path)
+            chain = tree.chain_of(path)
+            if data is None or chain is None:
+                continue
+            try:
+                docs = load_yaml_all(data)
+            except Exception:
+                continue
+            for doc in docs:
+                held = identity_of(doc) if isinstance(doc, dict) else None
+                if held is not None:
+                    found.setdefault(render_identity(held, chain), path)
+        return found
 
     def _delete(self, plan: _Plan, config: TargetConfig, identity: Identity, entry: Entry) -> None:
         """Plan removing a document's file, and its entries in the kustomizations."""

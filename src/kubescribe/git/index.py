@@ -153,6 +153,10 @@ class TargetIndex:
     def get(self, identity: Identity) -> Entry | None:
         return self._entries.get(identity)
 
+    def holds(self, path: str) -> bool:
+        """Whether the file at `path` is indexed as a document."""
+        return self._by_path.get(path) is not None
+
     def blocked(self, path: str, identity: Identity) -> bool:
         """Whether a file other than `identity`'s document lives at `path`."""
         return path in self._by_path and self._by_path[path] != identity
