@@ -191,3 +191,20 @@ def test_deleted_workload_loses_its_replicas_entry() -> None:
         chain, Identity("apps", "Deployment", "prod", "prod-app-web"), "app-web"
     )
     assert "replicas" not in edits["o"].data
+
+
+def test_many_resources_are_merged_in_one_pass_with_their_comments() -> None:
+    k = Kustomization.parse(
+        "kustomization.yaml", b"resources:\n- b.yaml  # bee\n- d.yaml  # dee\n- ../base\n"
+    )
+    k.add_resources(["e.yaml", "a.yaml", "c.yaml", "b.yaml"])
+    assert k.dump() == (
+        b"resources:\n- a.yaml\n- b.yaml  # bee\n- c.yaml\n- d.yaml  # dee\n- ../base\n- e.yaml\n"
+    )
+
+
+def test_a_file_listed_and_unlisted_before_a_flush_is_not_listed() -> None:
+    t = tree({"kustomization.yaml": b"resources: []\n"}, root="")
+    t.add_file("ns/a.yaml")
+    assert t.remove_file("ns/a.yaml") == ""
+    assert t.flush("").data["resources"] == []

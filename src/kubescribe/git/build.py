@@ -495,6 +495,7 @@ class Build:
             return
         if not listed:
             plan.kustomizations.add(tree.add_file(path))
+            plan.paths[identity] = tree.kustomizations[tree.root].path
         elif entry is not None and entry.path != path:
             moved = tree.move_file(entry.path, path)
             if moved is not None:
@@ -561,7 +562,7 @@ class Build:
         ktree = self.ktrees.get(config.key)
         if ktree is not None:
             for directory in sorted(plan.kustomizations):
-                k = ktree.kustomizations[directory]
+                k = ktree.flush(directory)
                 data = k.dump()
                 oid = pygit2.hash(data)
                 self.blobs[oid] = data

@@ -175,15 +175,33 @@ class Kustomization:
 
     # -- edits ----------------------------------------------------------------------------
     def add_resource(self, entry: str) -> None:
-        """Insert `entry` into `resources:` before the first entry that sorts after it."""
+        self.add_resources([entry])
+
+    def add_resources(self, entries: list[str]) -> None:
+        """Insert each entry into `resources:` before the first entry that sorts after it
+        (in one pass: a snapshot may list thousands); comments stay with their entries."""
         seq = self.data.get("resources")
         if not isinstance(seq, CommentedSeq):
             seq = CommentedSeq()
             self.data["resources"] = seq
-        if entry in seq:
+        new = sorted(set(entries).difference(v for v in seq if isinstance(v, str)))
+        if not new:
             return
-        at = next((i for i, v in enumerate(seq) if isinstance(v, str) and v > entry), len(seq))
-        seq.insert(at, entry)
+        merged: list[Any] = []
+        moved: dict[int, int] = {}
+        j = 0
+        for i, value in enumerate(seq):
+            while j < len(new) and isinstance(value, str) and value > new[j]:
+                merged.append(new[j])
+                j += 1
+            moved[i] = len(merged)
+            merged.append(value)
+        merged.extend(new[j:])
+        comments = dict(seq.ca.items)
+        list.clear(seq)
+        list.extend(seq, merged)
+        seq.ca.items.clear()
+        seq.ca.items.update((moved[i], c) for i, c in comments.items() if i in moved)
 
     def remove_resource(self, entry: str) -> bool:
         for key in ("resources", "bases"):
@@ -229,6 +247,7 @@ class Tree:
     parents: dict[str, str] = field(default_factory=dict)
     listed: dict[str, str] = field(default_factory=dict)
     problems: dict[str, list[str]] = field(default_factory=dict)
+    pending: dict[str, list[str]] = field(default_factory=dict)  # resources to add, by dir
 
     @classmethod
     def load(cls, root: str, read: Callable[[str], bytes | None]) -> Tree | None:
@@ -301,18 +320,27 @@ class Tree:
         return posixpath.relpath(path, k.dir or ".")
 
     def add_file(self, path: str) -> str:
-        """List a new document file in the root kustomization; returns its directory."""
+        """List a new document file in the root kustomization (see `flush`); returns the
+        root's directory."""
         k = self.kustomizations[self.root]
-        k.add_resource(self.relative(k, path))
+        self.pending.setdefault(self.root, []).append(self.relative(k, path))
         self.listed[path] = self.root
         return self.root
+
+    def flush(self, directory: str) -> Kustomization:
+        """The kustomization of `directory` with the files listed since the last flush."""
+        k = self.kustomizations[directory]
+        added = self.pending.pop(directory, None)
+        if added:
+            k.add_resources(added)
+        return k
 
     def remove_file(self, path: str) -> str | None:
         """Unlist a document file; returns the directory of the kustomization edited."""
         lister = self.listed.pop(path, None)
         if lister is None:
             return None
-        k = self.kustomizations[lister]
+        k = self.flush(lister)
         return lister if k.remove_resource(self.relative(k, path)) else None
 
     def move_file(self, old: str, new: str) -> str | None:
@@ -320,11 +348,14 @@ class Tree:
         if lister is None:
             return None
         self.listed[new] = lister
-        k = self.kustomizations[lister]
+        k = self.flush(lister)
         return lister if k.rename_resource(self.relative(k, old), self.relative(k, new)) else None
 
     def replace(self, k: Kustomization) -> None:
         """An edited copy (images, replicas) is now the tree's kustomization."""
+        added = self.pending.pop(k.dir, None)
+        if added:
+            k.add_resources(added)
         self.kustomizations[k.dir] = k
 
 
