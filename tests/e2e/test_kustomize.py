@@ -115,11 +115,12 @@ def test_base_and_overlay_follow_the_cluster(
         remote.commit_foreign(path, content, f"add {path}")
     # The cluster was deployed from the repository.
     cp.apply(manifest(*rendered(remote, kbin, OVERLAY).values()))
-    operator()
+    operator("--kustomize", str(kbin))
+    kz = {"root": "overlays/prod", "renderCheck": True}
     cp.apply(
         manifest(
             provider("git", ns, remote.url),
-            target("mirror", ns, "git", "mirror", kustomize={"root": "overlays/prod"}),
+            target("mirror", ns, "git", "mirror", kustomize=kz),
             watch_rule("rule", ns, "mirror", RULE),
         )
     )
@@ -140,6 +141,10 @@ def test_base_and_overlay_follow_the_cluster(
     overlay = remote.read(f"{OVERLAY}/kustomization.yaml")
     assert f"  - ../../base\n  - {ns}/core/configmaps/extra.yaml\n" in overlay
 
+    cp.kubectl("create", "deployment", "prod-api", "-n", ns, "--image=busybox:1.36")
+    in_step("a Deployment create")
+    assert f"  - {ns}/apps/deployments/api.yaml\n" in remote.read(f"{OVERLAY}/kustomization.yaml")
+
     cp.kubectl("patch", "configmap", "prod-settings", "-n", ns, "-p", '{"data":{"mode":"slow"}}')
     in_step("an update")
     assert "mode: slow" in remote.read("mirror/base/settings.yaml")
@@ -156,6 +161,8 @@ def test_base_and_overlay_follow_the_cluster(
 
     cp.kubectl("delete", "configmap", "prod-extra", "-n", ns)
     in_step("a delete")
+    cp.kubectl("delete", "deployment", "prod-api", "-n", ns)
+    in_step("a Deployment delete")
     cp.kubectl("delete", "deployment", "prod-web", "-n", ns)
     in_step("a workload delete")
 
@@ -167,6 +174,9 @@ def test_base_and_overlay_follow_the_cluster(
         "  - web.yaml\n", ""
     )
     wait_condition(cp, "gittarget", "mirror", ns, "Ready", "True")
+    render = condition(cp, "gittarget", "mirror", ns, "RenderMatchesLive")
+    assert render is not None
+    assert render["status"] == "True"  # the operator's own render check agrees
 
 
 GENERATOR_KUSTOMIZATION = """\

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
+from kubescribe import metrics
 from kubescribe.git.index import Entry, TargetIndex, folder_tree
 from kubescribe.git.pack import write_blobs
 from kubescribe.git.targets import (
@@ -632,6 +633,7 @@ class Build:
             except Exception as exc:
                 first = min(changed, key=_sort_key)
                 failing[first] = (RENDER_MISMATCH, f"kustomize build failed: {exc}")
+                metrics.RENDER_CHECKS.labels("failed").inc()
                 continue
             for identity, change in changed.items():
                 if config.renderer.encrypted(change.rtype) or failing.get(identity, ("",))[
@@ -640,11 +642,13 @@ class Build:
                     continue  # ciphertext, or already reported for another reason
                 got = rendered.get(identity)
                 want = None if change.document is None else dict(change.document)
+                metrics.RENDER_CHECKS.labels("match" if got == want else "mismatch").inc()
                 if got == want:
                     failing.pop(identity, None)
                 else:
                     what = "still renders" if want is None else "renders differently"
                     failing[identity] = (RENDER_MISMATCH, f"kustomize build {what} than live")
+            metrics.RENDER_CHECK_SECONDS.observe(time.perf_counter() - started)
             self.writer.log.info(
                 "render check",
                 target=str(key),
