@@ -286,3 +286,24 @@ async def test_object_of_a_multi_document_file_is_reported_not_duplicated(
     assert (identity.name, reason) == ("two", KUSTOMIZE_UNSUPPORTED)
     assert f"multi-document file {FOLDER}/both.yaml" in message
     kustomize.build_remote(kustomize_bin, remote.path, FOLDER)
+
+
+async def test_write_unsupported_writes_a_plain_unlisted_file(
+    remote: BareRemote, make: Callable[..., Harness], kustomize_bin: Path
+) -> None:
+    remote.commit_foreign(f"{FOLDER}/kustomization.yaml", GENERATOR_KUSTOMIZATION, "gen")
+    remote.commit_foreign(
+        f"{FOLDER}/plain.yaml",
+        yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plain"}}),
+        "plain",
+    )
+    h = make(
+        target(PruneMode.ALWAYS, folder=FOLDER, kustomize=KustomizeConfig(write_unsupported=True))
+    )
+    doc = configmap("generated-7h2k5c9f8m", a="2")
+    await h.settle(change(doc, CONFIGMAPS, "generated-7h2k5c9f8m", Operation.UPDATE))
+    assert f"{FOLDER}/prod/core/configmaps/generated-7h2k5c9f8m.yaml" in remote.files()
+    assert remote.read(f"{FOLDER}/kustomization.yaml") == GENERATOR_KUSTOMIZATION
+    (identity, reason, _), *_ = h.last().failing
+    assert (identity.name, reason) == ("generated-7h2k5c9f8m", KUSTOMIZE_UNSUPPORTED)
+    kustomize.build_remote(kustomize_bin, remote.path, FOLDER)  # still builds
