@@ -307,3 +307,66 @@ async def test_write_unsupported_writes_a_plain_unlisted_file(
     (identity, reason, _), *_ = h.last().failing
     assert (identity.name, reason) == ("generated-7h2k5c9f8m", KUSTOMIZE_UNSUPPORTED)
     kustomize.build_remote(kustomize_bin, remote.path, FOLDER)  # still builds
+
+
+LABELLED_KUSTOMIZATION = """\
+namespace: prod
+commonLabels:
+  team: shop  # selectors too
+labels:
+  - pairs: {tier: web}
+    includeTemplates: true
+commonAnnotations:
+  owner: platform
+resources:
+  - base/settings.yaml
+  - base/web.yaml
+"""
+
+
+async def test_labels_and_annotations_the_kustomization_sets_stay_out_of_the_files(
+    remote: BareRemote, make: Callable[..., Harness], kustomize_bin: Path
+) -> None:
+    settings = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}}
+    web = deployment("web", "nginx:1.25", 1)
+    web["metadata"] = {"name": "web"}
+    remote.commit_foreign(f"{FOLDER}/kustomization.yaml", LABELLED_KUSTOMIZATION, "k")
+    for name, doc in (("settings", {**settings, "data": {"a": "1"}}), ("web", web)):
+        remote.commit_foreign(f"{FOLDER}/base/{name}.yaml", dump_yaml(order_document(doc)), name)
+    h = make(target(PruneMode.ALWAYS, folder=FOLDER, kustomize=KustomizeConfig()))
+
+    def build() -> dict[tuple[str, str], Any]:
+        docs = kustomize.build_remote(kustomize_bin, remote.path, FOLDER)
+        return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+    live = build()  # the cluster was deployed from the repository
+    live["ConfigMap", "settings"]["data"] = {"a": "2"}
+    await h.settle(change(live["ConfigMap", "settings"], CONFIGMAPS, "settings", Operation.UPDATE))
+    assert h.last().failing == []
+    assert build() == live
+    web_live = live["Deployment", "web"]
+    web_live["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "X", "value": "1"}]
+    await h.settle(change(web_live, DEPLOYMENTS, "web", Operation.UPDATE))
+    assert h.last().failing == []
+    assert build() == live
+    base_web = yaml.safe_load(remote.read(f"{FOLDER}/base/web.yaml"))
+    assert base_web["metadata"] == {"name": "web"}
+    assert base_web["spec"]["template"]["metadata"] == {"labels": {"app": "web"}}
+
+    # A new object that carries what the kustomization sets: written without it.
+    extra = configmap("extra", b="1")
+    extra["metadata"] |= {"labels": {"team": "shop", "tier": "web"}}
+    extra["metadata"]["annotations"] = {"owner": "platform"}
+    live["ConfigMap", "extra"] = extra
+    await h.settle(change(extra, CONFIGMAPS, "extra", Operation.CREATE))
+    assert build() == live
+    assert yaml.safe_load(remote.read(f"{FOLDER}/prod/core/configmaps/extra.yaml"))["metadata"] == {
+        "name": "extra"
+    }
+
+    # One without them cannot be rendered from this folder: reported, not written.
+    await h.settle(change(configmap("bare", c="1"), CONFIGMAPS, "bare", Operation.CREATE))
+    (identity, reason, message), *_ = h.last().failing
+    assert (identity.name, reason) == ("bare", KUSTOMIZE_UNSUPPORTED)
+    assert "commonLabels in apps/kustomization.yaml" in message
+    assert build() == live

@@ -40,13 +40,36 @@ _FOLDER_WIDE = {
     "validators": "validators",
     "replacements": "replacements",
     "vars": "vars",
-    "commonLabels": "commonLabels",
-    "labels": "labels",
-    "commonAnnotations": "commonAnnotations",
     "configurations": "configurations",
     "crds": "crds",
     "openapi": "openapi",
 }
+# Where kustomize's label and annotation transformers write (kustomize/api konfig
+# builtinpluginconsts): (kinds or None for every kind, path, create the map when missing).
+_Spec = tuple[frozenset[str] | None, tuple[str, ...], bool]
+_WORKLOADS = frozenset({"Deployment", "ReplicaSet", "DaemonSet", "StatefulSet"})
+_TEMPLATE_KINDS = _WORKLOADS | {"Job", "ReplicationController"}
+_TEMPLATE = ("spec", "template", "metadata")
+_JOB_TEMPLATE = ("spec", "jobTemplate")
+_META_LABELS: list[_Spec] = [(None, ("metadata", "labels"), True)]
+_TEMPLATE_LABELS: list[_Spec] = [
+    (_TEMPLATE_KINDS, (*_TEMPLATE, "labels"), True),
+    (frozenset({"CronJob"}), (*_JOB_TEMPLATE, "metadata", "labels"), True),
+    (frozenset({"CronJob"}), (*_JOB_TEMPLATE, *_TEMPLATE, "labels"), True),
+]
+_SELECTORS: list[_Spec] = [
+    (frozenset({"Service", "ReplicationController"}), ("spec", "selector"), True),
+    (_WORKLOADS, ("spec", "selector", "matchLabels"), True),
+    (frozenset({"Job", "PodDisruptionBudget"}), ("spec", "selector", "matchLabels"), False),
+    (frozenset({"CronJob"}), (*_JOB_TEMPLATE, "spec", "selector", "matchLabels"), False),
+    (frozenset({"NetworkPolicy"}), ("spec", "podSelector", "matchLabels"), False),
+]
+_ANNOTATIONS: list[_Spec] = [
+    (None, ("metadata", "annotations"), True),
+    (_TEMPLATE_KINDS, (*_TEMPLATE, "annotations"), True),
+    (frozenset({"CronJob"}), (*_JOB_TEMPLATE, "metadata", "annotations"), True),
+    (frozenset({"CronJob"}), (*_JOB_TEMPLATE, *_TEMPLATE, "annotations"), True),
+]
 _GENERATORS = {"configMapGenerator": "ConfigMap", "secretGenerator": "Secret"}
 _PATCHES = ("patches", "patchesStrategicMerge", "patchesJson6902")
 _REPLICA_KINDS = frozenset({"Deployment", "ReplicaSet", "StatefulSet", "ReplicationController"})
@@ -268,6 +291,8 @@ class Tree:
             self.parents[directory] = parent
         problems = self.problems.setdefault(directory, [])
         problems += sorted({v for key, v in _FOLDER_WIDE.items() if k.data.get(key)})
+        if any(isinstance(e, Mapping) and e.get("fields") for e in k.entries("labels")):
+            problems.append("labels with fields")
         for entry in k.resources():
             if is_remote(entry):
                 problems.append(f"remote resource {entry}")
@@ -623,10 +648,90 @@ def write_through(
         if apply_image(container["image"], entry) != image:
             out.problem = f"images entry {entry_name} in {k.path} cannot render {image}"
             return out
+    # labels and annotations the kustomizations set
+    for k in chain:
+        for where, pairs, specs in _metadata_sets(k):
+            problem = _unset(doc, live, old, identity.kind, pairs, specs)
+            if problem is not None:
+                out.problem = f"{where} in {k.path}: {problem}"
+                return out
     # drop edits that change nothing
     for directory in [d for d, k in out.edits.items() if k.data == _by_dir(chain)[d].data]:
         del out.edits[directory]
     return out
+
+
+def _metadata_sets(k: Kustomization) -> list[tuple[str, dict[str, str], list[_Spec]]]:
+    """The label and annotation sets of a kustomization and where each is written."""
+    out: list[tuple[str, dict[str, str], list[_Spec]]] = []
+    common = k.data.get("commonLabels")
+    if isinstance(common, Mapping) and common:
+        out.append(
+            (
+                "commonLabels",
+                {str(a): str(b) for a, b in common.items()},
+                [*_META_LABELS, *_TEMPLATE_LABELS, *_SELECTORS],
+            )
+        )
+    for entry in k.entries("labels"):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("pairs"), Mapping):
+            continue
+        specs = list(_META_LABELS)
+        if entry.get("includeSelectors"):
+            specs += _TEMPLATE_LABELS + _SELECTORS
+        elif entry.get("includeTemplates"):
+            specs += _TEMPLATE_LABELS
+        pairs = {str(a): str(b) for a, b in entry["pairs"].items()}
+        out.append(("labels", pairs, specs))
+    annotations = k.data.get("commonAnnotations")
+    if isinstance(annotations, Mapping) and annotations:
+        pairs = {str(a): str(b) for a, b in annotations.items()}
+        out.append(("commonAnnotations", pairs, list(_ANNOTATIONS)))
+    return out
+
+
+def _at(obj: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _unset(
+    doc: dict[str, Any],
+    live: Mapping[str, Any],
+    old: Mapping[str, Any] | None,
+    kind: str,
+    pairs: dict[str, str],
+    specs: list[_Spec],
+) -> str | None:
+    """Take the pairs a kustomization sets out of `doc` (the file keeps what it had); a
+    problem when the live object lacks one or holds another value (it would be rendered)."""
+    for kinds, path, create in specs:
+        if kinds is not None and kind not in kinds:
+            continue
+        live_map = _at(live, path)
+        if not isinstance(live_map, Mapping):
+            if create:
+                return f"sets {'.'.join(path)} the live object does not have"
+            continue
+        for key, value in pairs.items():
+            if live_map.get(key) != value:
+                return f"sets {key}={value} but the live object has {live_map.get(key)!r}"
+        old_map = _at(old, path) if old is not None else None
+        if not create and old is None:
+            continue  # kept: kustomize adds to such a map only when the file has it
+        parent = _at(doc, path[:-1])
+        target = _at(doc, path)
+        if not isinstance(parent, dict) or not isinstance(target, dict):
+            continue
+        for key in pairs:
+            if not (isinstance(old_map, Mapping) and key in old_map):
+                target.pop(key, None)
+        if not target and not isinstance(old_map, Mapping) and create:
+            del parent[path[-1]]
+    return None
 
 
 def _by_dir(chain: list[Kustomization]) -> dict[str, Kustomization]:
