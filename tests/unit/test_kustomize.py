@@ -208,3 +208,10 @@ def test_a_file_listed_and_unlisted_before_a_flush_is_not_listed() -> None:
     t.add_file("ns/a.yaml")
     assert t.remove_file("ns/a.yaml") == ""
     assert t.flush("").data["resources"] == []
+
+
+def test_a_file_that_becomes_encrypted_is_renamed_in_its_listing() -> None:
+    t = tree({"kustomization.yaml": b"resources:\n- ns/s.yaml  # the secret\n"}, root="")
+    assert t.move_file("ns/s.yaml", "ns/s.sops.yaml") == ""
+    assert t.flush("").dump() == b"resources:\n- ns/s.sops.yaml # the secret\n"
+    assert t.chain_of("ns/s.sops.yaml") is not None
