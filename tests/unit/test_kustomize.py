@@ -215,3 +215,32 @@ def test_a_file_that_becomes_encrypted_is_renamed_in_its_listing() -> None:
     assert t.move_file("ns/s.yaml", "ns/s.sops.yaml") == ""
     assert t.flush("").dump() == b"resources:\n- ns/s.sops.yaml # the secret\n"
     assert t.chain_of("ns/s.sops.yaml") is not None
+
+
+def test_a_strategic_merge_patch_hits_only_the_object_it_names() -> None:
+    patch = b"apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {replicas: 3}\n"
+    files = {
+        "kustomization.yaml": (
+            b"resources: [web.yaml, cm.yaml]\n"
+            b"patches:\n- path: more.yaml\n"
+            b"- patch: |-\n    kind: ConfigMap\n    metadata: {name: inline}\n"
+            b"- target: {kind: Service, name: '^api.*'}\n  patch: '[]'\n"
+            b"patchesStrategicMerge: [gone.yaml]\n"
+        ),
+        "more.yaml": patch,
+    }
+    t = tree(files, root="")
+    chain = t.chain("")
+    where = "patches in kustomization.yaml"
+    assert unsupported(WEB, chain, t, "web") == where
+    assert unsupported(Identity("", "ConfigMap", "", "inline"), chain, t, "inline") == where
+    assert unsupported(Identity("", "Service", "", "api-2"), chain, t, "api-2") == where
+    # a missing patch file may hit anything
+    other = Identity("", "ConfigMap", "", "settings")
+    assert unsupported(other, chain, t, "settings") == (
+        "patchesStrategicMerge in kustomization.yaml"
+    )
+    del files["kustomization.yaml"]
+    files["kustomization.yaml"] = b"resources: [cm.yaml]\npatches:\n- path: more.yaml\n"
+    t = tree(files, root="")
+    assert unsupported(other, t.chain(""), t, "settings") is None

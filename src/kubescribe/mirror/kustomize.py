@@ -103,6 +103,7 @@ _CLUSTER_KINDS = frozenset(
 )
 _REMOTE = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|git@|github\.com/|gitlab\.com/|bitbucket\.org/)")
 _FILE_SUFFIXES = (".yaml", ".yml", ".json")
+_REGEX = re.compile(r"[\^$*+?()\[\]{}|\\]")  # a patch target name that is a pattern
 _HASH_SUFFIX = re.compile(r"-[a-z0-9]{10}$")
 _TAG = re.compile(r"(@sha256)?(:[a-zA-Z0-9_.{}-]*)?")
 
@@ -253,6 +254,64 @@ def _like(old: Any, new: str) -> Any:
     return new
 
 
+def _patches_of(
+    k: Kustomization, read: Callable[[str], bytes | None]
+) -> list[tuple[str | None, str | None, str]]:
+    """What each patch of `k` targets: its `target:` (kind, name), or for a strategic-merge
+    patch without one, the kind and name of each of its documents. Unknown: any object."""
+    out: list[tuple[str | None, str | None, str]] = []
+    for key in _PATCHES:
+        what = f"{key} in {k.path}"
+        for patch in k.entries(key):
+            target = patch.get("target") if isinstance(patch, Mapping) else None
+            if isinstance(target, Mapping):
+                if any(target.get(s) for s in ("labelSelector", "annotationSelector")):
+                    out.append((None, None, what))
+                    continue
+                kind, name = target.get("kind"), target.get("name")
+                out.append(
+                    (
+                        kind if isinstance(kind, str) else None,
+                        name if isinstance(name, str) and not _REGEX.search(name) else None,
+                        what,
+                    )
+                )
+                continue
+            text: str | bytes | None = None
+            if isinstance(patch, Mapping):
+                if isinstance(patch.get("patch"), str):
+                    text = patch["patch"]
+                elif isinstance(patch.get("path"), str):
+                    text = read(posixpath.normpath(posixpath.join(k.dir, patch["path"])))
+            elif isinstance(patch, str):
+                text = (
+                    patch
+                    if "\n" in patch
+                    else read(posixpath.normpath(posixpath.join(k.dir, patch)))
+                )
+            out += [(kind, name, what) for kind, name in _patch_documents(text)]
+    return out
+
+
+def _patch_documents(text: str | bytes | None) -> list[tuple[str | None, str | None]]:
+    """(kind, name) of each document of a strategic-merge patch; (None, None) if unknown."""
+    if text is None:
+        return [(None, None)]
+    try:
+        docs = [d for d in YAML(typ="safe", pure=True).load_all(text) if d is not None]
+    except (YAMLError, UnicodeDecodeError, ValueError):
+        return [(None, None)]
+    out: list[tuple[str | None, str | None]] = []
+    for doc in docs:
+        meta = doc.get("metadata") if isinstance(doc, Mapping) else None
+        kind = doc.get("kind") if isinstance(doc, Mapping) else None
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        if not isinstance(kind, str) or not isinstance(name, str):
+            return [(None, None)]  # a JSON 6902 list, or no identity: assume any object
+        out.append((kind, name))
+    return out or [(None, None)]
+
+
 def is_remote(entry: str) -> bool:
     return _REMOTE.match(entry) is not None or "?ref=" in entry
 
@@ -271,6 +330,8 @@ class Tree:
     listed: dict[str, str] = field(default_factory=dict)
     problems: dict[str, list[str]] = field(default_factory=dict)
     pending: dict[str, list[str]] = field(default_factory=dict)  # resources to add, by dir
+    # (kind, name) each patch of a kustomization hits (None: any), and how to name it.
+    patches: dict[str, list[tuple[str | None, str | None, str]]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, root: str, read: Callable[[str], bytes | None]) -> Tree | None:
@@ -293,6 +354,7 @@ class Tree:
         problems += sorted({v for key, v in _FOLDER_WIDE.items() if k.data.get(key)})
         if any(isinstance(e, Mapping) and e.get("fields") for e in k.entries("labels")):
             problems.append("labels with fields")
+        self.patches[directory] = _patches_of(k, read)
         for entry in k.resources():
             if is_remote(entry):
                 problems.append(f"remote resource {entry}")
@@ -441,21 +503,15 @@ def generated_by(identity: Identity, chain: list[Kustomization]) -> str | None:
     return None
 
 
-def _patch_targets(k: Kustomization, identity: Identity, names: set[str]) -> str | None:
-    for key in _PATCHES:
-        for patch in k.entries(key):
-            target = patch.get("target") if isinstance(patch, Mapping) else None
-            if isinstance(patch, Mapping) and not isinstance(target, Mapping):
-                # inline or file strategic-merge patch: its own kind and name say what it hits
-                return f"{key} in {k.path}"
-            if isinstance(target, Mapping):
-                if target.get("kind") not in (None, identity.kind):
-                    continue
-                if target.get("name") is not None and target.get("name") not in names:
-                    continue
-                return f"{key} in {k.path}"
-            if isinstance(patch, str):
-                return f"{key} in {k.path}"
+def _patch_hits(
+    patches: list[tuple[str | None, str | None, str]], identity: Identity, names: set[str]
+) -> str | None:
+    for kind, name, what in patches:
+        if kind is not None and kind != identity.kind:
+            continue
+        if name is not None and name not in names:
+            continue
+        return what
     return None
 
 
@@ -473,7 +529,7 @@ def unsupported(
         return generator
     names = names_of(base_name, chain) | {identity.name}
     for k in chain:
-        hit = _patch_targets(k, identity, names)
+        hit = _patch_hits(tree.patches.get(k.dir, []), identity, names)
         if hit is not None:
             return hit
     return None
