@@ -370,3 +370,42 @@ async def test_labels_and_annotations_the_kustomization_sets_stay_out_of_the_fil
     assert (identity.name, reason) == ("bare", KUSTOMIZE_UNSUPPORTED)
     assert "commonLabels in apps/kustomization.yaml" in message
     assert build() == live
+
+
+PATCHED_KUSTOMIZATION = """\
+resources:
+  - web.yaml
+patches:
+  - path: a-patch.yaml
+"""
+
+
+async def test_patch_files_are_not_documents_and_a_patched_object_is_not_removed(
+    remote: BareRemote, make: Callable[..., Harness], kustomize_bin: Path
+) -> None:
+    web = deployment("web", "nginx:1.25", 1)
+    web["metadata"] = {"name": "web", "namespace": NS}
+    patch = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}}
+    patch["metadata"]["namespace"] = NS
+    patch["spec"] = {"replicas": 3}
+    files = {
+        "kustomization.yaml": PATCHED_KUSTOMIZATION,
+        "web.yaml": dump_yaml(order_document(web)),
+        "a-patch.yaml": dump_yaml(order_document(patch)),  # sorts first: looks like `web`
+    }
+    for name, content in files.items():
+        remote.commit_foreign(f"{FOLDER}/{name}", content, name)
+    tip = remote.tip()
+    h = make(target(PruneMode.ALWAYS, folder=FOLDER, kustomize=KustomizeConfig()))
+    await h.settle(change(None, DEPLOYMENTS, "web", Operation.DELETE))
+    assert remote.tip() == tip  # neither the patch nor the patched file is removed
+    (identity, reason, message), *_ = h.last().failing
+    assert (identity.name, reason) == ("web", KUSTOMIZE_UNSUPPORTED)
+    assert message == (
+        f"not removed: patches in {FOLDER}/kustomization.yaml targets it (remove the patch first)"
+    )
+    kustomize.build_remote(kustomize_bin, remote.path, FOLDER)
+
+    await h.settle(snapshot({}, ns=NS, rtype=DEPLOYMENTS))
+    assert remote.tip() == tip
+    assert [f[1] for f in h.last().failing] == [KUSTOMIZE_UNSUPPORTED]

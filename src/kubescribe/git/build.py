@@ -47,6 +47,7 @@ from kubescribe.mirror.kustomize import (
     KustomizeError,
     Tree,
     base_name_of,
+    patched_by,
     remove_replicas,
     render_identity,
     unsupported,
@@ -341,7 +342,8 @@ class Build:
         retained.update(kept)
         failing = self.failing[config.key]
         for identity in [i for i in failing if snapshot.in_scope(i)]:
-            if identity not in snapshot.documents:
+            held = failing[identity][0] == KUSTOMIZE_UNSUPPORTED and identity in index
+            if identity not in snapshot.documents and not held:  # held: a patch keeps it
                 del failing[identity]
 
         def message() -> str:
@@ -533,9 +535,19 @@ class Build:
 
     def _delete(self, plan: _Plan, config: TargetConfig, identity: Identity, entry: Entry) -> None:
         """Plan removing a document's file, and its entries in the kustomizations."""
-        plan.delete(identity, entry)
         tree = self.ktrees.get(config.key)
         chain = tree.chain_of(entry.path) if tree is not None else None
+        if tree is not None and chain is not None:
+            patch = patched_by(identity, chain, tree, base_name_of(identity, chain))
+            if patch is not None:  # removing the file would break `kustomize build`
+                self._refuse(
+                    config,
+                    identity,
+                    KUSTOMIZE_UNSUPPORTED,
+                    f"not removed: {patch} targets it (remove the patch first)",
+                )
+                return
+        plan.delete(identity, entry)
         if tree is None or chain is None:
             return
         removed = tree.remove_file(entry.path)

@@ -78,7 +78,7 @@ class TargetIndex:
         root: pygit2.Oid | None,
         folder: str,
         previous: TargetIndex | None = None,
-        translate: Callable[[str, Identity], Identity] | None = None,
+        translate: Callable[[str, Identity], Identity | None] | None = None,
         translation: object = None,
     ) -> TargetIndex:
         """Index `folder` in the root tree `root`. Blobs already known to `previous` are not
@@ -108,7 +108,7 @@ class TargetIndex:
         tree: pygit2.Object,
         prefix: str,
         known: dict[pygit2.Oid, Identity | None],
-        translate: Callable[[str, Identity], Identity] | None = None,
+        translate: Callable[[str, Identity], Identity | None] | None = None,
     ) -> None:
         assert isinstance(tree, pygit2.Tree)
         for entry in tree:

@@ -255,7 +255,7 @@ def _like(old: Any, new: str) -> Any:
 
 
 def _patches_of(
-    k: Kustomization, read: Callable[[str], bytes | None]
+    k: Kustomization, read: Callable[[str], bytes | None], files: set[str]
 ) -> list[tuple[str | None, str | None, str]]:
     """What each patch of `k` targets: its `target:` (kind, name), or for a strategic-merge
     patch without one, the kind and name of each of its documents. Unknown: any object."""
@@ -282,13 +282,15 @@ def _patches_of(
                 if isinstance(patch.get("patch"), str):
                     text = patch["patch"]
                 elif isinstance(patch.get("path"), str):
-                    text = read(posixpath.normpath(posixpath.join(k.dir, patch["path"])))
+                    path = posixpath.normpath(posixpath.join(k.dir, patch["path"]))
+                    files.add(path)
+                    text = read(path)
+            elif isinstance(patch, str) and "\n" in patch:
+                text = patch
             elif isinstance(patch, str):
-                text = (
-                    patch
-                    if "\n" in patch
-                    else read(posixpath.normpath(posixpath.join(k.dir, patch)))
-                )
+                path = posixpath.normpath(posixpath.join(k.dir, patch))
+                files.add(path)
+                text = read(path)
             out += [(kind, name, what) for kind, name in _patch_documents(text)]
     return out
 
@@ -332,6 +334,7 @@ class Tree:
     pending: dict[str, list[str]] = field(default_factory=dict)  # resources to add, by dir
     # (kind, name) each patch of a kustomization hits (None: any), and how to name it.
     patches: dict[str, list[tuple[str | None, str | None, str]]] = field(default_factory=dict)
+    patch_files: set[str] = field(default_factory=set)  # they look like objects, but are not
 
     @classmethod
     def load(cls, root: str, read: Callable[[str], bytes | None]) -> Tree | None:
@@ -354,7 +357,7 @@ class Tree:
         problems += sorted({v for key, v in _FOLDER_WIDE.items() if k.data.get(key)})
         if any(isinstance(e, Mapping) and e.get("fields") for e in k.entries("labels")):
             problems.append("labels with fields")
-        self.patches[directory] = _patches_of(k, read)
+        self.patches[directory] = _patches_of(k, read, self.patch_files)
         for entry in k.resources():
             if is_remote(entry):
                 problems.append(f"remote resource {entry}")
@@ -396,8 +399,11 @@ class Tree:
     def files(self) -> Iterator[str]:
         return iter(self.listed)
 
-    def rendered_identity(self, path: str, identity: Identity) -> Identity:
-        """The identity `kustomize build` gives the document of file `path` (listed)."""
+    def rendered_identity(self, path: str, identity: Identity) -> Identity | None:
+        """The identity `kustomize build` gives the document of file `path` (listed); None
+        for a patch file, which holds no object of its own."""
+        if path in self.patch_files:
+            return None
         chain = self.chain_of(path)
         if chain is None:
             return identity
@@ -512,6 +518,19 @@ def _patch_hits(
         if name is not None and name not in names:
             continue
         return what
+    return None
+
+
+def patched_by(
+    identity: Identity, chain: list[Kustomization], tree: Tree, base_name: str
+) -> str | None:
+    """The patches in `chain` that hit this object (kustomize fails on a patch whose
+    target is gone, so such an object's file must stay)."""
+    names = names_of(base_name, chain) | {identity.name}
+    for k in chain:
+        hit = _patch_hits(tree.patches.get(k.dir, []), identity, names)
+        if hit is not None:
+            return hit
     return None
 
 
