@@ -186,7 +186,41 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def latency(setup: Setup, samples: int, pause_after: float, *, isolated: bool) -> dict[str, Any]:
+def kustomize_folder(setup: Setup, listed: int = 200) -> None:
+    """Make the target folder a kustomization: `namespace:`, an `images:` entry and `listed`
+    Services (a type the bench does not watch) in its `resources:`."""
+    scratch = setup.workdir / "seed"
+    subprocess.run(["git", "clone", "-q", str(setup.remote.remote.path), str(scratch)], check=True)
+    services = scratch / FOLDER / "services"
+    services.mkdir(parents=True)
+    entries = []
+    for i in range(listed):
+        svc = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": f"svc-{i:04d}"},
+            "spec": {"ports": [{"port": 80}]},
+        }
+        (services / f"svc-{i:04d}.yaml").write_text(dump_yaml(order_document(svc)))
+        entries.append(f"  - services/svc-{i:04d}.yaml  # a service\n")
+    (scratch / FOLDER / "kustomization.yaml").write_text(
+        "# the bench folder\nnamespace: bench\nimages:\n  - name: nginx\n    newTag: '1'\n"
+        "resources:\n" + "".join(entries)
+    )
+    for args in (["add", "."], ["commit", "-qm", "kustomization"], ["push", "-q"]):
+        subprocess.run(["git", *args], cwd=scratch, check=True)
+
+
+def latency(
+    setup: Setup,
+    samples: int,
+    pause_after: float,
+    *,
+    isolated: bool,
+    kustomized: bool = False,
+) -> dict[str, Any]:
+    if kustomized:
+        kustomize_folder(setup)
     setup.mirror_objects()
     setup.start_operator()
     asyncio.run(create_many(setup.cp.kubeconfig, ["warm-up"], "1"))
@@ -213,7 +247,8 @@ def latency(setup: Setup, samples: int, pause_after: float, *, isolated: bool) -
     lat = asyncio.run(measure())
     commits = setup.remote.commits() - commits_before
     return {
-        "workload": "latency_isolated" if isolated else "latency_stream",
+        "workload": ("latency_isolated" if isolated else "latency_stream")
+        + ("_kustomized" if kustomized else ""),
         "samples": samples,
         "p50_ms": round(statistics.median(lat), 1),
         "p99_ms": round(percentile(lat, 0.99), 1),
@@ -373,11 +408,12 @@ def burst(setup: Setup, objects: int, patches: int, writers: int) -> dict[str, A
 @click.option("--samples", default=20, show_default=True)
 @click.option("--backfill", "sizes", default="1000,10000", show_default=True)
 def main(workloads: tuple[str, ...], samples: int, sizes: str) -> None:
-    """WORKLOADS: any of latency_isolated latency_stream backfill burst crash warm_restart
-    (default: all)."""
+    """WORKLOADS: any of latency_isolated latency_stream latency_stream_kustomized backfill
+    burst crash warm_restart (default: all)."""
     chosen = workloads or (
         "latency_isolated",
         "latency_stream",
+        "latency_stream_kustomized",
         "backfill",
         "burst",
         "crash",
@@ -388,6 +424,13 @@ def main(workloads: tuple[str, ...], samples: int, sizes: str) -> None:
         runs.append(("latency_isolated", lambda s: latency(s, samples, 6.0, isolated=True)))
     if "latency_stream" in chosen:
         runs.append(("latency_stream", lambda s: latency(s, samples, 0.3, isolated=False)))
+    if "latency_stream_kustomized" in chosen:
+        runs.append(
+            (
+                "latency_stream_kustomized",
+                lambda s: latency(s, samples, 0.3, isolated=False, kustomized=True),
+            )
+        )
     if "backfill" in chosen:
         for n in (int(x) for x in sizes.split(",") if x):
             runs.append((f"backfill_{n}", lambda s, n=n: backfill(s, n)))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything kubescribe's demo and tests need on a fresh machine (idempotent):
-# Debian packages, uv, the locked Python environment in .venv, and the test control plane.
+# Debian packages, uv, the locked Python environment in .venv, the test control plane and
+# kustomize (built from its Go module, for the render checks of the kustomize tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,3 +28,6 @@ command -v go >/dev/null || { echo "setup: Go is required to build the test cont
 start=$(date +%s)
 bin_dir=$(bash hack/build-controlplane.sh)
 echo "setup: control plane ready in $(( $(date +%s) - start ))s: $(basename "$bin_dir")" >&2
+start=$(date +%s)
+kustomize_dir=$(bash hack/build-kustomize.sh)
+echo "setup: kustomize ready in $(( $(date +%s) - start ))s: $(basename "$kustomize_dir")" >&2

@@ -35,6 +35,7 @@ async def run_operator(
     probe_interval: float = 300.0,
     cross_namespace_sources: bool = True,
     allow_insecure_cluster_tls: bool = False,
+    kustomize: str | None = None,
     sharing: Sharing | None = None,
     attribution_options: AttributionOptions | None = None,
 ) -> None:
@@ -48,6 +49,7 @@ async def run_operator(
         probe_interval=probe_interval,
         cross_namespace_sources=cross_namespace_sources,
         allow_insecure_cluster_tls=allow_insecure_cluster_tls,
+        kustomize=kustomize,
         replica_id=sharing.replica_id,
         lease_namespace=sharing.lease_namespace,
         lease_duration=sharing.lease_duration,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import signal
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -231,6 +232,14 @@ def _attribution_options(command: Callable[..., None]) -> Callable[..., None]:
     show_default=True,
     help="Seconds after which a replica that stopped renewing its Leases is replaced.",
 )
+@click.option(
+    "--kustomize",
+    "kustomize_binary",
+    envvar="KUBESCRIBE_KUSTOMIZE",
+    default="",
+    help="The kustomize binary for GitTargets with `kustomize.renderCheck` (default: "
+    "`kustomize` on PATH; without one the check is skipped).",
+)
 @_attribution_options
 def run(
     kubeconfig: Path | None,
@@ -246,6 +255,7 @@ def run(
     replica_id: str,
     lease_namespace: str,
     lease_duration: float,
+    kustomize_binary: str,
     **attribution: Any,
 ) -> None:
     """Run the operator until SIGTERM/SIGINT; pending writes are flushed on the way out."""
@@ -265,6 +275,7 @@ def run(
         probe_interval=probe_interval,
         cross_namespace_sources=not no_cross_namespace_sources,
         allow_insecure_cluster_tls=allow_insecure_cluster_tls,
+        kustomize=kustomize_binary or shutil.which("kustomize"),
         sharing=Sharing(replica_id, lease_namespace, lease_duration),
         attribution_options=attribution_options,
     )

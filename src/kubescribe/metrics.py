@@ -52,6 +52,18 @@ REFUSED = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+RENDER_CHECKS = Counter(
+    "kubescribe_render_checks_total",
+    "Objects compared with `kustomize build` of their GitTarget (spec.kustomize.renderCheck).",
+    ["result"],  # match, mismatch, failed (the build itself failed)
+    registry=REGISTRY,
+)
+RENDER_CHECK_SECONDS = Histogram(
+    "kubescribe_render_check_seconds",
+    "Time of one render check (export of the folder and `kustomize build`).",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
 DOCUMENTS = Gauge(
     "kubescribe_target_documents",
     "Documents in a GitTarget's folder.",

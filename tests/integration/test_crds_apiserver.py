@@ -121,6 +121,12 @@ def test_valid_objects_are_accepted_with_defaults(cp: ControlPlane, namespace: s
             "path": ".",
             "prune": {"mode": "Always"},
             "suspend": False,
+            "kustomize": {
+                "mode": "Auto",
+                "root": ".",
+                "writeUnsupported": False,
+                "renderCheck": False,
+            },
         }
         for kind in ("WatchRule", "ClusterWatchRule"):
             rule = stored[kind]["spec"]["rules"][0]
@@ -216,6 +222,9 @@ def test_edge_cases_are_accepted(
         ("GitTarget", TARGET | {"path": "a//b"}, "spec.path"),
         ("GitTarget", TARGET | {"path": "a/"}, "spec.path"),
         ("GitTarget", TARGET | {"prune": {"mode": "Sometimes"}}, "spec.prune.mode"),
+        ("GitTarget", TARGET | {"kustomize": {"root": "../x"}}, "spec.kustomize.root"),
+        ("GitTarget", TARGET | {"kustomize": {"root": ".git/x"}}, "spec.kustomize.root"),
+        ("GitTarget", TARGET | {"kustomize": {"mode": "Sometimes"}}, "spec.kustomize.mode"),
         ("GitTarget", TARGET | {"branch": "a..b"}, "spec.branch"),
         ("GitTarget", TARGET | {"branch": "-x"}, "spec.branch"),
         ("GitTarget", TARGET | {"branch": "with space"}, "spec.branch"),

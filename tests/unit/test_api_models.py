@@ -75,6 +75,12 @@ def test_objects_round_trip_in_camel_case() -> None:
             "placement": {"types": [{"group": "", "resource": "pods", "template": "{name}.yaml"}]},
             "prune": {"mode": "OnEvent"},
             "suspend": True,
+            "kustomize": {
+                "mode": "Auto",
+                "root": "overlays/prod",
+                "writeUnsupported": True,
+                "renderCheck": False,
+            },
             "encryption": {
                 "recipients": ["age1abc"],
                 "ageKeySecretRef": {"name": "keys"},

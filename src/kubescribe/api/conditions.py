@@ -27,6 +27,7 @@ ENCRYPTION_CONFIGURED: Final = "EncryptionConfigured"
 SOURCE_NAMESPACE_AUTHORIZED: Final = "SourceNamespaceAuthorized"
 SOURCE_CLUSTER_REACHABLE: Final = "SourceClusterReachable"
 AUTHORS_ATTRIBUTED: Final = "AuthorsAttributed"
+RENDER_MATCHES_LIVE: Final = "RenderMatchesLive"
 
 # reasons
 PROGRESSING: Final = "Progressing"
@@ -65,6 +66,8 @@ CLUSTER_CONFLICT: Final = "ClusterConflict"
 KUBECONFIG_REFUSED: Final = "KubeconfigRefused"
 NO_ATTRIBUTION_SOURCE: Final = "NoAttributionSource"
 AUTHORS_UNRESOLVED: Final = "AuthorsUnresolved"
+KUSTOMIZE_UNSUPPORTED: Final = "KustomizeUnsupported"
+RENDER_MISMATCH: Final = "RenderMismatch"
 
 STALLED_REASONS: Final = frozenset(
     {
@@ -96,6 +99,7 @@ STALLED_REASONS: Final = frozenset(
         CLUSTER_NOT_ALLOWED,
         CLUSTER_CONFLICT,
         KUBECONFIG_REFUSED,
+        KUSTOMIZE_UNSUPPORTED,
     }
 )
 """Reasons that need a change by a user: a False condition with one makes the object Stalled."""

@@ -535,6 +535,45 @@ class EncryptionSpec(ApiModel):
     )
 
 
+class KustomizeSpec(ApiModel):
+    """Writing through a kustomization in the target folder."""
+
+    mode: Literal["Auto", "Disabled"] = Field(
+        "Auto",
+        description=(
+            "Auto: when `root` holds a kustomization.yaml, changes are written through it (new"
+            " files listed in `resources:`, deletes unlisted, `images:`, `replicas:`,"
+            " `namespace:` and name prefixes/suffixes honoured). Disabled: plain files only."
+        ),
+    )
+    root: str = Field(
+        ".",
+        min_length=1,
+        max_length=1024,
+        description=(
+            "Folder, relative to `path`, whose kustomization renders the target (e.g. an"
+            " overlay); new documents are placed under it and listed in its `resources:`."
+        ),
+        json_schema_extra=_cel(*_RELATIVE_PATH_RULES, _GIT_NAMES_RULE),
+    )
+    write_unsupported: bool = Field(
+        False,
+        description=(
+            "Write an object the operator cannot write through (generated, patched, under"
+            " components, Helm charts or remote bases) as a plain file, leaving the"
+            " kustomization alone. `RenderMatchesLive` stays False either way."
+        ),
+    )
+    render_check: bool = Field(
+        False,
+        description=(
+            "After each push, render the root with the `kustomize` binary (when the operator"
+            " has one, `--kustomize`) and compare the changed objects with the live ones; a"
+            " difference is `RenderMatchesLive=False` / `RenderMismatch`."
+        ),
+    )
+
+
 class GitTargetSpec(ApiModel):
     """One folder on one branch of one GitProvider."""
 
@@ -562,6 +601,9 @@ class GitTargetSpec(ApiModel):
     suspend: bool = Field(False, description="Stop writing; changes are caught up on resume.")
     encryption: EncryptionSpec | None = Field(
         None, description="Encryption of sensitive documents; required to mirror Secrets."
+    )
+    kustomize: KustomizeSpec = _defaulted(
+        KustomizeSpec, "Writing through a kustomization.yaml in the folder (Flux, Argo CD)."
     )
 
 

@@ -35,11 +35,12 @@ from kubescribe.controller.status import (
     StatusWriter,
     documents_condition,
     kstatus,
+    render_condition,
     rfc3339,
 )
 from kubescribe.controller.streams import StreamSpec, TargetStream
 from kubescribe.controller.webhooks import ChangeWebhook
-from kubescribe.git.targets import Committer, TargetConfig, WriteReport
+from kubescribe.git.targets import Committer, KustomizeConfig, TargetConfig, WriteReport
 from kubescribe.git.worker import BranchWorker
 from kubescribe.kube.client import ApiError, KubeClient
 from kubescribe.kube.discovery import Discovered, discover
@@ -96,6 +97,7 @@ class Settings:
     allow_insecure_cluster_tls: bool = False  # ClusterProvider kubeconfigs without TLS checks
     changes_webhook: tuple[str, bytes] | None = None  # (URL, CA PEM): register it for attribution
     attribution_sources: tuple[str, ...] = ()  # audit, admission: what can name authors
+    kustomize: str | None = None  # the kustomize binary for GitTarget render checks
 
 
 class _Cache:
@@ -380,6 +382,18 @@ class Manager:
             window=WindowPolicy(parse_duration(push.commit_window), push.max_changes_per_commit),
             attribution=AttributionMode(target.provider.spec.attribution.mode),
             infer_authors=target.provider.spec.attribution.infer_from_managed_fields,
+            kustomize=self._kustomize_config(target),
+        )
+
+    def _kustomize_config(self, target: TargetPlan) -> KustomizeConfig | None:
+        assert target.spec is not None
+        spec = target.spec.kustomize
+        if spec.mode == "Disabled":
+            return None
+        return KustomizeConfig(
+            root="" if spec.root == "." else spec.root,
+            write_unsupported=spec.write_unsupported,
+            render_check=self.settings.kustomize if spec.render_check else None,
         )
 
     def _target_access(self, key: TargetKey) -> TargetAccess:
@@ -624,6 +638,8 @@ class Manager:
                 else:
                     domain.append(Cond(c.PUSHED, "False", report.reason, report.message))
                 domain.append(documents_condition(report.failing))
+                if report.kustomization is not None:
+                    domain.append(render_condition(report.kustomization, report.failing))
             if synced < len(streams):
                 progressing = f"{synced}/{len(streams)} watch streams synced"
         # Author wiring is reported (the Authors column), but commits flow: Ready ignores it.

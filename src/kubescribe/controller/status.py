@@ -30,6 +30,7 @@ class Cond:
 def documents_condition(failing: Sequence[tuple[Identity, str, str]]) -> Cond:
     """`DocumentsWritten`: False, with the first one's reason, while documents cannot be
     written (a path Git refuses, a conflict, a render or encryption refusal)."""
+    failing = [f for f in failing if f[1] not in _RENDER_REASONS]
     if not failing:
         return Cond(c.DOCUMENTS_WRITTEN, "True", c.DOCUMENTS_WRITTEN, "Every document is written")
     identity, reason, message = failing[0]
@@ -38,6 +39,26 @@ def documents_condition(failing: Sequence[tuple[Identity, str, str]]) -> Cond:
         f"{len(failing)} document(s) not written: {identity.kind} {identity.ref}: {message}{more}"
     )
     return Cond(c.DOCUMENTS_WRITTEN, "False", reason, text)
+
+
+_RENDER_REASONS = frozenset({c.KUSTOMIZE_UNSUPPORTED, c.RENDER_MISMATCH})
+
+
+def render_condition(kustomization: str, failing: Sequence[tuple[Identity, str, str]]) -> Cond:
+    """`RenderMatchesLive` of a target written through `kustomization`: False while an object
+    is not rendered as live (a construct not written through, or a render check mismatch)."""
+    failing = [f for f in failing if f[1] in _RENDER_REASONS]
+    if not failing:
+        return Cond(
+            c.RENDER_MATCHES_LIVE,
+            "True",
+            c.RENDER_MATCHES_LIVE,
+            f"Changes are written through {kustomization}",
+        )
+    identity, reason, message = failing[0]
+    more = f" (and {len(failing) - 1} more)" if len(failing) > 1 else ""
+    text = f"{identity.kind} {identity.ref}: {message}{more}"
+    return Cond(c.RENDER_MATCHES_LIVE, "False", reason, text)
 
 
 def rfc3339(timestamp: float) -> str:

@@ -3,7 +3,10 @@ the file edits of each commit checked against the target's index."""
 
 from __future__ import annotations
 
+import os
 import posixpath
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -11,14 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
+from kubescribe import metrics
 from kubescribe.git.index import Entry, TargetIndex, folder_tree
 from kubescribe.git.pack import write_blobs
 from kubescribe.git.targets import (
     INVALID_PATH,
+    KUSTOMIZE_UNSUPPORTED,
     PACK_THRESHOLD,
     PATH_CONFLICT,
     REENCRYPT_FAILED,
     RENDER_FAILED,
+    RENDER_MISMATCH,
     SOPS_CONFIG,
     Encrypting,
     Item,
@@ -36,8 +42,19 @@ from kubescribe.gitnames import has_reserved_segment
 from kubescribe.mirror import messages
 from kubescribe.mirror.authors import Author
 from kubescribe.mirror.changes import Change, Operation, PruneMode, Snapshot, TargetKey
-from kubescribe.mirror.identity import CORE_GROUP, Identity, ResourceType
+from kubescribe.mirror.identity import CORE_GROUP, Identity, ResourceType, identity_of
+from kubescribe.mirror.kustomize import (
+    KustomizeError,
+    Tree,
+    base_name_of,
+    patched_by,
+    remove_replicas,
+    render_identity,
+    unsupported,
+    write_through,
+)
 from kubescribe.mirror.layout import ENCRYPTED_SUFFIX
+from kubescribe.mirror.yamlfmt import load_yaml, load_yaml_all
 
 if TYPE_CHECKING:
     from kubescribe.git.worker import Writer
@@ -50,6 +67,7 @@ class TargetResult:
     retained: int = 0
     refused: list[Refusal] = field(default_factory=list)
     failing: list[Refusal] = field(default_factory=list)
+    kustomization: str | None = None
 
 
 @dataclass
@@ -80,6 +98,10 @@ class _Plan:
         self.deletes: dict[Identity, Entry] = {}
         self._written: dict[str, Identity] = {}
         self._freed: set[str] = set()
+        # Kustomizations this commit edits (by directory) and their new blobs (by path).
+        self.kustomizations: set[str] = set()
+        self.files: dict[str, pygit2.Oid] = {}
+        self.paths: dict[Identity, str] = {}  # what a change touched when not its own file
 
     def free(self, path: str, identity: Identity) -> bool:
         """Whether `identity` may write `path`: never over another document or someone
@@ -109,6 +131,7 @@ class _Plan:
             if old is not None and old.path not in self._written:
                 edits[old.path] = None  # moved between plain and encrypted
         edits.update((e.path, e.oid) for e in self.writes.values())
+        edits.update(self.files)
         return edits
 
     def apply(self) -> None:
@@ -146,6 +169,10 @@ class Build:
         self.grouped: list[tuple[Change, str]] | None = None  # changes of the group being built
         self.requests: dict[RequestHandle, RequestResult] = {}
         self.upkept: dict[TargetKey, Any] = {}
+        # The kustomization tree each kustomized target writes through (None: plain folder).
+        self.ktrees: dict[TargetKey, Tree | None] = {}
+        self.kerrors: dict[TargetKey, str] = {}
+        self.kmulti: dict[TargetKey, dict[Identity, str]] = {}
 
     def index(self, config: TargetConfig) -> TargetIndex:
         """The target's working index, starting from the base tree (built once per tree)."""
@@ -155,9 +182,18 @@ class Build:
         key = (config.key, config.folder)
         cached = self.writer.indexes.get(key)
         tree_id = folder_tree(self.repo, self.base_tree, config.folder)
-        if cached is None or cached.tree_id != tree_id:
+        ktree = self._load_kustomizations(config)
+        translation = ("kustomize", ktree.root) if ktree is not None else None
+        if cached is None or cached.tree_id != tree_id or cached.translation != translation:
             started = time.perf_counter()
-            cached = TargetIndex.build(self.repo, self.base_tree, config.folder, cached)
+            cached = TargetIndex.build(
+                self.repo,
+                self.base_tree,
+                config.folder,
+                cached,
+                ktree.rendered_identity if ktree is not None else None,
+                translation,
+            )
             self.writer.indexes[key] = cached
             self.writer.log.info(
                 "indexed",
@@ -170,6 +206,27 @@ class Build:
         self.retained[config.key] = set(self.writer.retained.get(config.key, ()))
         self.failing[config.key] = dict(self.writer.failing.get(config.key, {}))
         return index
+
+    def _load_kustomizations(self, config: TargetConfig) -> Tree | None:
+        """The kustomization tree at the target's root in the base tree (None: none)."""
+        kz = config.kustomize
+        tree: Tree | None = None
+        if kz is not None:
+            root = posixpath.normpath(posixpath.join(config.folder, kz.root or "."))
+            root = "" if root == "." else root
+            folder_id = folder_tree(self.repo, self.base_tree, config.folder)
+            # Parsed once per folder tree: a build takes the writer's tree (and edits it);
+            # `commit_state` gives it back for the tree it built, a failed build drops it.
+            cached = self.writer.ktrees.pop((config.key, root), None)
+            if cached is not None and cached[0] == folder_id and folder_id is not None:
+                tree = cached[1]
+            else:
+                try:
+                    tree = Tree.load(root, lambda path: _read(self.repo, self.base_tree, path))
+                except KustomizeError as exc:
+                    self.kerrors[config.key] = f"kustomization not readable: {exc}"
+        self.ktrees[config.key] = tree
+        return tree
 
     def apply(self, item: Item) -> None:
         config = self.targets.get(item.target)
@@ -234,13 +291,14 @@ class Build:
                 retained.add(identity)
                 return
             retained.discard(identity)
-            plan.delete(identity, entry)
+            self._delete(plan, config, identity, entry)
         else:
             retained.discard(identity)
             self._upsert(config, plan, identity, change.rtype, change.document)
 
         def message() -> str:
-            entry = plan.writes.get(identity) or plan.deletes[identity]
+            entry = plan.writes.get(identity) or plan.deletes.get(identity)
+            path = entry.path if entry is not None else plan.paths[identity]
             rtype = change.rtype
             return messages.render(
                 config.change_template,
@@ -254,7 +312,7 @@ class Build:
                     "name": identity.name,
                     "ref": identity.ref,
                     "target": str(config.key),
-                    "path": entry.path,
+                    "path": path,
                 },
             )
 
@@ -273,7 +331,7 @@ class Build:
             ):
                 entry = index.get(identity)
                 assert entry is not None
-                plan.delete(identity, entry)
+                self._delete(plan, config, identity, entry)
             else:
                 kept.add(identity)
         for identity in sorted(snapshot.documents, key=_sort_key):
@@ -284,7 +342,8 @@ class Build:
         retained.update(kept)
         failing = self.failing[config.key]
         for identity in [i for i in failing if snapshot.in_scope(i)]:
-            if identity not in snapshot.documents:
+            held = failing[identity][0] == KUSTOMIZE_UNSUPPORTED and identity in index
+            if identity not in snapshot.documents and not held:  # held: a patch keeps it
                 del failing[identity]
 
         def message() -> str:
@@ -314,13 +373,35 @@ class Build:
         document: Mapping[str, Any],
     ) -> None:
         """Plan writing one document where it lives (or at its layout path, if new)."""
+        tree = self.ktrees.get(config.key)
+        if config.key in self.kerrors:
+            self._refuse(config, identity, KUSTOMIZE_UNSUPPORTED, self.kerrors[config.key])
+        elif tree is not None:
+            self._upsert_kustomized(config, plan, identity, rtype, document, tree)
+        else:
+            self._write(config, plan, identity, rtype, document, config.folder)
+
+    def _write(
+        self,
+        config: TargetConfig,
+        plan: _Plan,
+        identity: Identity,
+        rtype: ResourceType,
+        document: Mapping[str, Any],
+        folder: str,
+        placed_as: Identity | None = None,
+    ) -> str | None:
+        """Plan the document's file (new ones at the layout path of `placed_as`, by default
+        their identity, under `folder`); the path written (also when unchanged), None when
+        refused."""
         entry = plan.index.get(identity)
         try:
             encrypted = config.renderer.encrypted(rtype)
             previous: bytes | None = None
             if entry is None:
                 path = posixpath.join(
-                    config.folder, config.layout.path_for(identity, rtype, encrypted=encrypted)
+                    folder,
+                    config.layout.path_for(placed_as or identity, rtype, encrypted=encrypted),
                 )
             elif entry.path.endswith(ENCRYPTED_SUFFIX) == encrypted:
                 path = entry.path
@@ -336,19 +417,145 @@ class Build:
             data = config.renderer.render(identity, rtype, document, previous)
         except RefusedContent as refused:
             self._refuse(config, identity, refused.reason, refused.message)
-            return
+            return None
         except Exception as exc:  # one bad document must not block the branch
             self.writer.log.exception(
                 "rendering failed", target=str(config.key), kind=identity.kind
             )
             self._refuse(config, identity, RENDER_FAILED, f"{type(exc).__name__}: {exc}")
-            return
+            return None
         oid = pygit2.hash(data)
         self.failing[config.key].pop(identity, None)
         if entry is not None and entry.path == path and entry.oid == oid:
-            return
+            return path
         self.blobs[oid] = data
         plan.write(identity, Entry(path, oid))
+        return path
+
+    def _upsert_kustomized(
+        self,
+        config: TargetConfig,
+        plan: _Plan,
+        identity: Identity,
+        rtype: ResourceType,
+        document: Mapping[str, Any],
+        tree: Tree,
+    ) -> None:
+        """Write a document through the kustomization that lists its file (a new one is
+        placed under the root kustomization's folder and listed there): the fields the
+        kustomizations govern are edited there, the file keeps its own values of them."""
+        assert config.kustomize is not None
+        entry = plan.index.get(identity)
+        chain = tree.chain_of(entry.path) if entry is not None else None
+        listed = chain is not None
+        if chain is None:
+            if entry is not None and not _under(entry.path, tree.root):
+                # A file the rendered folder does not include (and cannot: kustomize loads
+                # files only from under a kustomization): edited where it is, and reported.
+                self._write(config, plan, identity, rtype, document, config.folder)
+                root = tree.kustomizations[tree.root].path
+                self._refuse(
+                    config,
+                    identity,
+                    KUSTOMIZE_UNSUPPORTED,
+                    f"not written through: {entry.path} is not rendered by {root}",
+                )
+                return
+            if entry is None and (held := self._multi_documents(config, tree).get(identity)):
+                # rendered from a file of several documents: a new file would duplicate it
+                self._refuse(
+                    config,
+                    identity,
+                    KUSTOMIZE_UNSUPPORTED,
+                    f"not written through: rendered from the multi-document file {held}",
+                )
+                return
+            chain = tree.chain(tree.root)
+        base_name = base_name_of(identity, chain)
+        problem = unsupported(identity, chain, tree, base_name)
+        edits = {}
+        content = dict(document)
+        if problem is None:
+            old: Mapping[str, Any] | None = None
+            if entry is not None and not entry.path.endswith(ENCRYPTED_SUFFIX):
+                blob = self.repo[entry.oid]
+                assert isinstance(blob, pygit2.Blob)
+                try:
+                    loaded = load_yaml(blob.data)
+                except Exception:
+                    loaded = None
+                old = loaded if isinstance(loaded, dict) else None
+            through = write_through(document, identity, old, chain)
+            problem, content, edits = through.problem, through.document, through.edits
+        if problem is not None:
+            if config.kustomize.write_unsupported:
+                self._write(config, plan, identity, rtype, document, tree.root)
+            self._refuse(config, identity, KUSTOMIZE_UNSUPPORTED, f"not written through: {problem}")
+            return
+        placed_as = Identity(identity.group, identity.kind, identity.namespace, base_name)
+        path = self._write(config, plan, identity, rtype, content, tree.root, placed_as)
+        if path is None:
+            return
+        if not listed:
+            plan.kustomizations.add(tree.add_file(path))
+            plan.paths[identity] = tree.kustomizations[tree.root].path
+        elif entry is not None and entry.path != path:
+            moved = tree.move_file(entry.path, path)
+            if moved is not None:
+                plan.kustomizations.add(moved)
+        for k in edits.values():
+            tree.replace(k)
+            plan.kustomizations.add(k.dir)
+            plan.paths[identity] = k.path
+
+    def _multi_documents(self, config: TargetConfig, tree: Tree) -> dict[Identity, str]:
+        """Identities rendered from listed files the index does not hold (several documents,
+        or not a single object), by their file; read once per build."""
+        found = self.kmulti.get(config.key)
+        if found is not None:
+            return found
+        found = self.kmulti[config.key] = {}
+        index = self.index(config)
+        for path in list(tree.files()):
+            if index.holds(path):
+                continue
+            data = _read(self.repo, self.tree, path)
+            chain = tree.chain_of(path)
+            if data is None or chain is None:
+                continue
+            try:
+                docs = load_yaml_all(data)
+            except Exception:
+                continue
+            for doc in docs:
+                held = identity_of(doc) if isinstance(doc, dict) else None
+                if held is not None:
+                    found.setdefault(render_identity(held, chain), path)
+        return found
+
+    def _delete(self, plan: _Plan, config: TargetConfig, identity: Identity, entry: Entry) -> None:
+        """Plan removing a document's file, and its entries in the kustomizations."""
+        tree = self.ktrees.get(config.key)
+        chain = tree.chain_of(entry.path) if tree is not None else None
+        if tree is not None and chain is not None:
+            patch = patched_by(identity, chain, tree, base_name_of(identity, chain))
+            if patch is not None:  # removing the file would break `kustomize build`
+                self._refuse(
+                    config,
+                    identity,
+                    KUSTOMIZE_UNSUPPORTED,
+                    f"not removed: {patch} targets it (remove the patch first)",
+                )
+                return
+        plan.delete(identity, entry)
+        if tree is None or chain is None:
+            return
+        removed = tree.remove_file(entry.path)
+        if removed is not None:
+            plan.kustomizations.add(removed)
+        for k in remove_replicas(chain, identity, base_name_of(identity, chain)).values():
+            tree.replace(k)
+            plan.kustomizations.add(k.dir)
 
     def _refuse(self, config: TargetConfig, identity: Identity, reason: str, message: str) -> None:
         result = self.results.setdefault(config.key, TargetResult())
@@ -365,6 +572,14 @@ class Build:
         message: Callable[[], str],
     ) -> None:
         """Commit the plan on the chain; nothing when it changes nothing."""
+        ktree = self.ktrees.get(config.key)
+        if ktree is not None:
+            for directory in sorted(plan.kustomizations):
+                k = ktree.flush(directory)
+                data = k.dump()
+                oid = pygit2.hash(data)
+                self.blobs[oid] = data
+                plan.files[k.path] = oid
         self._store_blobs()
         while True:
             edits = plan.edits()
@@ -404,6 +619,78 @@ class Build:
                 self._refuse(config, plan.drop(path), INVALID_PATH, f"{path}: {exc}")
                 found = True
         return found
+
+    def render_check(self, batch: list[Item]) -> None:
+        """For targets with a render check: `kustomize build` of the root in the built tree
+        must give every changed object as it is live (deleted ones: not at all). A difference
+        is `RenderMismatch` for that object until a later check agrees."""
+        changes: dict[TargetKey, dict[Identity, Change]] = {}
+        for item in batch:
+            members = item.changes if isinstance(item, Group) else [item]
+            for change in members:
+                if isinstance(change, Change):
+                    changes.setdefault(change.target, {})[change.identity] = change
+        for key, changed in changes.items():
+            config = self.targets.get(key)
+            ktree = self.ktrees.get(key)
+            if config is None or config.kustomize is None or ktree is None:
+                continue
+            binary = config.kustomize.render_check
+            if not binary:
+                continue
+            failing = self.failing[key]
+            started = time.perf_counter()
+            try:
+                rendered = self._kustomize_build(binary, config.folder, ktree.root)
+            except Exception as exc:
+                first = min(changed, key=_sort_key)
+                failing[first] = (RENDER_MISMATCH, f"kustomize build failed: {exc}")
+                metrics.RENDER_CHECKS.labels("failed").inc()
+                continue
+            for identity, change in changed.items():
+                if config.renderer.encrypted(change.rtype) or failing.get(identity, ("",))[
+                    0
+                ] not in (RENDER_MISMATCH, ""):
+                    continue  # ciphertext, or already reported for another reason
+                got = rendered.get(identity)
+                want = None if change.document is None else dict(change.document)
+                metrics.RENDER_CHECKS.labels("match" if got == want else "mismatch").inc()
+                if got == want:
+                    failing.pop(identity, None)
+                else:
+                    what = "still renders" if want is None else "renders differently"
+                    failing[identity] = (RENDER_MISMATCH, f"kustomize build {what} than live")
+            metrics.RENDER_CHECK_SECONDS.observe(time.perf_counter() - started)
+            self.writer.log.info(
+                "render check",
+                target=str(key),
+                objects=len(changed),
+                seconds=round(time.perf_counter() - started, 3),
+            )
+
+    def _kustomize_build(
+        self, binary: str, folder: str, root: str
+    ) -> dict[Identity, dict[str, Any]]:
+        """`kustomize build` of `root`, with the target folder of the built tree on disk."""
+        with tempfile.TemporaryDirectory(prefix="kubescribe-render-") as scratch:
+            top = folder_tree(self.repo, self.tree, folder)
+            if top is not None:
+                _export(self.repo, top, scratch)
+            inner = posixpath.relpath(root, folder) if folder else (root or ".")
+            done = subprocess.run(
+                [binary, "build", posixpath.join(scratch, inner)],
+                capture_output=True,
+                timeout=60,
+                check=False,
+            )
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr.decode(errors="replace").strip()[-500:])
+        out: dict[Identity, dict[str, Any]] = {}
+        for doc in load_yaml_all(done.stdout):
+            identity = identity_of(doc) if isinstance(doc, dict) else None
+            if identity is not None:
+                out[identity] = doc
+        return out
 
     def upkeep(self) -> None:
         """Keep encrypted target folders in step with their renderer (see `Encrypting`)."""
@@ -511,6 +798,10 @@ class Build:
 
     def commit_state(self) -> None:
         """The attempt is final (pushed or nothing to push): its indexes become the cache."""
+        for key, ktree in self.ktrees.items():
+            if ktree is not None:
+                folder_id = folder_tree(self.repo, self.tree, self.targets[key].folder)
+                self.writer.ktrees[(key, ktree.root)] = (folder_id, ktree)
         for key, index in self.indexes.items():
             index.tree_id = folder_tree(self.repo, self.tree, index.folder)
             self.writer.indexes[(key, index.folder)] = index
@@ -526,6 +817,9 @@ class Build:
             result = self.results.setdefault(key, TargetResult())
             result.documents = len(index)
             result.retained = len(self.retained[key])
+            tree = self.ktrees.get(key)
+            if tree is not None:
+                result.kustomization = tree.kustomizations[tree.root].path
             result.failing = [
                 (i, *why)
                 for i, why in sorted(self.failing[key].items(), key=lambda f: _sort_key(f[0]))
@@ -559,6 +853,38 @@ def _sort_key(identity: Identity) -> tuple[str, str, str, str]:
 
 def _count(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _read(repo: pygit2.Repository, root: pygit2.Oid | None, path: str) -> bytes | None:
+    """The content of the file at `path` in the root tree `root`, if there is one."""
+    tree = repo[root] if root is not None else None
+    if not isinstance(tree, pygit2.Tree):
+        return None
+    try:
+        obj = repo[tree[path].id]
+    except KeyError:
+        return None
+    return obj.data if isinstance(obj, pygit2.Blob) else None
+
+
+def _export(repo: pygit2.Repository, tree_id: pygit2.Oid, directory: str) -> None:
+    """Write the files of a tree under `directory` (symlinks and submodules are skipped)."""
+    tree = repo[tree_id]
+    assert isinstance(tree, pygit2.Tree)
+    for entry in tree:
+        name = entry.name
+        assert name is not None
+        path = os.path.join(directory, name)
+        if entry.type_str == "tree":
+            os.mkdir(path)
+            _export(repo, entry.id, path)
+        elif entry.type_str == "blob" and entry.filemode != 0o120000:
+            with open(path, "wb") as f:
+                f.write(repo[entry.id].read_raw())
+
+
+def _under(path: str, folder: str) -> bool:
+    return not folder or path.startswith(folder + "/")
 
 
 def _swap_suffix(path: str, encrypted: bool) -> str:

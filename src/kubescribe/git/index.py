@@ -8,7 +8,7 @@ identity it holds and edited in place.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pygit2
@@ -65,7 +65,11 @@ class TargetIndex:
         self._entries: dict[Identity, Entry] = {}
         self._by_path: dict[str, Identity | None] = {}
         self._unidentified: set[pygit2.Oid] = set()
+        # What each blob of the folder holds, as read (before any translation).
+        self._blob_ids: dict[pygit2.Oid, Identity | None] = {}
         self.duplicates: list[str] = []
+        # Which translation keyed this index (see `build`); None: identities as in the files.
+        self.translation: object = None
 
     @classmethod
     def build(
@@ -74,19 +78,28 @@ class TargetIndex:
         root: pygit2.Oid | None,
         folder: str,
         previous: TargetIndex | None = None,
+        translate: Callable[[str, Identity], Identity | None] | None = None,
+        translation: object = None,
     ) -> TargetIndex:
         """Index `folder` in the root tree `root`. Blobs already known to `previous` are not
-        read again, so re-indexing after a fetch costs only the new blobs."""
+        read again, so re-indexing after a fetch costs only the new blobs.
+
+        `translate(path, identity)` gives the identity a file's document is known by (a
+        kustomization renames or re-namespaces the documents it lists); `translation` names
+        it, so a cached index is reused only under the same one."""
         tree_id = folder_tree(repo, root, folder)
         index = cls(folder, tree_id)
+        index.translation = translation
         if tree_id is None:
             return index
         known: dict[pygit2.Oid, Identity | None] = {}
         if previous is not None:
-            known.update((e.oid, ident) for ident, e in previous._entries.items())
+            known.update(previous._blob_ids)
+            if previous.translation is None:
+                known.update((e.oid, ident) for ident, e in previous._entries.items())
             known.update(dict.fromkeys(previous._unidentified))
         prefix = f"{folder}/" if folder else ""
-        index._walk(repo, repo[tree_id], prefix, known)
+        index._walk(repo, repo[tree_id], prefix, known, translate)
         return index
 
     def _walk(
@@ -95,13 +108,14 @@ class TargetIndex:
         tree: pygit2.Object,
         prefix: str,
         known: dict[pygit2.Oid, Identity | None],
+        translate: Callable[[str, Identity], Identity | None] | None = None,
     ) -> None:
         assert isinstance(tree, pygit2.Tree)
         for entry in tree:
             name = entry.name
             assert name is not None
             if entry.filemode == FileMode.TREE:
-                self._walk(repo, repo[entry.id], f"{prefix}{name}/", known)
+                self._walk(repo, repo[entry.id], f"{prefix}{name}/", known, translate)
                 continue
             if entry.filemode not in _BLOB_MODES or not name.endswith(".yaml"):
                 continue
@@ -112,7 +126,10 @@ class TargetIndex:
                 blob = repo[oid]
                 assert isinstance(blob, pygit2.Blob)
                 identity = identify(blob.data)
+            self._blob_ids[oid] = identity
             path = prefix + name
+            if identity is not None and translate is not None:
+                identity = translate(path, identity)
             if identity is None:
                 self._unidentified.add(oid)
                 self._by_path[path] = None
@@ -128,11 +145,17 @@ class TargetIndex:
         new._entries = dict(self._entries)
         new._by_path = dict(self._by_path)
         new._unidentified = set(self._unidentified)
+        new._blob_ids = self._blob_ids
         new.duplicates = list(self.duplicates)
+        new.translation = self.translation
         return new
 
     def get(self, identity: Identity) -> Entry | None:
         return self._entries.get(identity)
+
+    def holds(self, path: str) -> bool:
+        """Whether the file at `path` is indexed as a document."""
+        return self._by_path.get(path) is not None
 
     def blocked(self, path: str, identity: Identity) -> bool:
         """Whether a file other than `identity`'s document lives at `path`."""

@@ -31,6 +31,11 @@ PATH_CONFLICT = "PathConflict"
 INVALID_PATH = "InvalidPath"
 RENDER_FAILED = "RenderFailed"
 REENCRYPT_FAILED = "ReencryptFailed"
+# A change a kustomization governs in a way the operator does not write through.
+KUSTOMIZE_UNSUPPORTED = "KustomizeUnsupported"
+# `kustomize build` of the folder does not render the live object (render check).
+RENDER_MISMATCH = "RenderMismatch"
+RENDER_REASONS = frozenset({KUSTOMIZE_UNSUPPORTED, RENDER_MISMATCH})
 SOPS_CONFIG = ".sops.yaml"
 
 RETRY_INITIAL = 0.5
@@ -112,6 +117,20 @@ class PlainRenderer:
 
 
 @dataclass(frozen=True)
+class KustomizeConfig:
+    """Writing through the kustomization at `root` (relative to the target folder).
+
+    `write_unsupported`: an object the operator cannot write through is written the plain
+    way (its file, the kustomization left alone) instead of not at all. `render_check`: the
+    path of a `kustomize` binary; after each build the changed objects are rendered with it
+    and compared with the live ones."""
+
+    root: str = ""
+    write_unsupported: bool = False
+    render_check: str | None = None
+
+
+@dataclass(frozen=True)
 class TargetConfig:
     key: TargetKey
     folder: str
@@ -124,6 +143,7 @@ class TargetConfig:
     window: WindowPolicy = field(default_factory=WindowPolicy)
     attribution: AttributionMode = AttributionMode.CONFIGURED
     infer_authors: bool = False  # attributed-author: the field manager when nothing else names one
+    kustomize: KustomizeConfig | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "folder", normalize_target_path(self.folder))
@@ -152,6 +172,8 @@ class WriteReport:
     `refused` documents were not written in this attempt; `failing` are all the target's
     documents that could not be written since and still wait for a change (refused earlier and
     not written, deleted or gone from the cluster since). `ok` is about the push, not them.
+    Documents `kustomize build` does not render as live carry a reason in `RENDER_REASONS`;
+    `kustomization` is the kustomization the target writes through, if any.
     """
 
     target: TargetKey
@@ -164,3 +186,4 @@ class WriteReport:
     retained: int
     refused: list[Refusal] = field(default_factory=list)
     failing: list[Refusal] = field(default_factory=list)
+    kustomization: str | None = None

@@ -303,6 +303,7 @@ class BranchWorker:
                 last.commit, last.pushed_at = result.commit, pushed_at
             last.documents, last.retained = result.documents, result.retained
             last.failing = result.failing
+            last.kustomization = result.kustomization
             for _, reason, _ in result.refused:
                 metrics.REFUSED.labels(reason).inc()
             metrics.DOCUMENTS.labels(str(key)).set(result.documents)
@@ -322,6 +323,7 @@ class BranchWorker:
                     last.retained,
                     result.refused,
                     last.failing,
+                    last.kustomization,
                 )
             )
         if cursors and self._on_pushed is not None:
@@ -364,6 +366,7 @@ class BranchWorker:
                     last.documents,
                     last.retained,
                     failing=last.failing,
+                    kustomization=last.kustomization,
                 )
             )
 
@@ -427,6 +430,7 @@ class _Last:
     documents: int = 0
     retained: int = 0
     failing: list[Refusal] = field(default_factory=list)
+    kustomization: str | None = None
 
 
 def _collapse(items: list[Item]) -> tuple[list[Item], list[Cursor]]:
@@ -480,6 +484,8 @@ class Writer:
         self.upkept: dict[TargetKey, tuple[pygit2.Oid | None, Any]] = {}
         self.file_recipients: dict[pygit2.Oid, frozenset[str] | None] = {}
         self.rekey_failed: set[tuple[pygit2.Oid, Any]] = set()
+        # Parsed kustomization trees, by (target, root): (target folder tree, tree).
+        self.ktrees: dict[tuple[TargetKey, str], tuple[pygit2.Oid | None, Any]] = {}
 
     def open(self) -> GitRepository:
         if self.repo is None:
@@ -490,6 +496,7 @@ class Writer:
     def close(self) -> None:
         self.repo = None
         self.indexes.clear()
+        self.ktrees.clear()
         self.upkept.clear()
         self.file_recipients.clear()
 
@@ -536,6 +543,7 @@ class Writer:
             build.upkeep()
             for item in batch:
                 build.apply(item)
+            build.render_check(batch)
             built = time.perf_counter()
             if build.head == base:
                 build.commit_state()

@@ -103,6 +103,10 @@ def load_yaml(text: str | bytes) -> Any:
     return yaml.load(text, Loader=yaml.CSafeLoader)
 
 
+def load_yaml_all(text: str | bytes) -> list[Any]:
+    return [d for d in yaml.load_all(text, Loader=yaml.CSafeLoader) if d is not None]
+
+
 _TOP_FIRST = ("apiVersion", "kind", "metadata")
 _METADATA_FIRST = ("name", "namespace", "labels", "annotations")
 

@@ -1,0 +1,855 @@
+"""Kustomizations: what a folder's `kustomization.yaml` does to the documents it lists, and how
+a live object is written through it so that `kustomize build` of the folder renders it.
+
+Pure: files come in as bytes through a `read` callable and go out as bytes. The rules follow
+kustomize v5 (sigs.k8s.io/kustomize/api): `namespace`, `namePrefix`/`nameSuffix`, `images`
+(the image tag transformer: every `containers`/`initContainers` list) and `replicas` are written
+through; constructs the operator does not invert (generators, components, patches that touch the
+object, remote bases, Helm charts, other transformers) are reported, never guessed at.
+
+Comments and key order of a kustomization survive edits (ruamel.yaml round-trip).
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import posixpath
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import YAMLError
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
+
+from kubescribe.mirror.identity import Identity
+
+KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+
+# Keys that change every object of a kustomization in ways not written through.
+_FOLDER_WIDE = {
+    "components": "components",
+    "helmCharts": "helmCharts",
+    "helmGlobals": "helmCharts",
+    "helmChartInflationGenerator": "helmCharts",
+    "generators": "generators",
+    "transformers": "transformers",
+    "validators": "validators",
+    "replacements": "replacements",
+    "vars": "vars",
+    "configurations": "configurations",
+    "crds": "crds",
+    "openapi": "openapi",
+}
+# Where kustomize's label and annotation transformers write (kustomize/api konfig
+# builtinpluginconsts): (kinds or None for every kind, path, create the map when missing).
+_Spec = tuple[frozenset[str] | None, tuple[str, ...], bool]
+_WORKLOADS = frozenset({"Deployment", "ReplicaSet", "DaemonSet", "StatefulSet"})
+_TEMPLATE_KINDS = _WORKLOADS | {"Job", "ReplicationController"}
+_TEMPLATE = ("spec", "template", "metadata")
+_JOB_TEMPLATE = ("spec", "jobTemplate")
+_META_LABELS: list[_Spec] = [(None, ("metadata", "labels"), True)]
+_TEMPLATE_LABELS: list[_Spec] = [
+    (_TEMPLATE_KINDS, (*_TEMPLATE, "labels"), True),
+    (frozenset({"CronJob"}), (*_JOB_TEMPLATE, "metadata", "labels"), True),
+    (frozenset({"CronJob"}), (*_JOB_TEMPLATE, *_TEMPLATE, "labels"), True),
+]
+_SELECTORS: list[_Spec] = [
+    (frozenset({"Service", "ReplicationController"}), ("spec", "selector"), True),
+    (_WORKLOADS, ("spec", "selector", "matchLabels"), True),
+    (frozenset({"Job", "PodDisruptionBudget"}), ("spec", "selector", "matchLabels"), False),
+    (frozenset({"CronJob"}), (*_JOB_TEMPLATE, "spec", "selector", "matchLabels"), False),
+    (frozenset({"NetworkPolicy"}), ("spec", "podSelector", "matchLabels"), False),
+]
+_ANNOTATIONS: list[_Spec] = [
+    (None, ("metadata", "annotations"), True),
+    (_TEMPLATE_KINDS, (*_TEMPLATE, "annotations"), True),
+    (frozenset({"CronJob"}), (*_JOB_TEMPLATE, "metadata", "annotations"), True),
+    (frozenset({"CronJob"}), (*_JOB_TEMPLATE, *_TEMPLATE, "annotations"), True),
+]
+_GENERATORS = {"configMapGenerator": "ConfigMap", "secretGenerator": "Secret"}
+_PATCHES = ("patches", "patchesStrategicMerge", "patchesJson6902")
+_REPLICA_KINDS = frozenset({"Deployment", "ReplicaSet", "StatefulSet", "ReplicationController"})
+# kyaml's built-in cluster-scoped kinds; kustomize treats every other kind as namespaced.
+_CLUSTER_KINDS = frozenset(
+    {
+        "APIService",
+        "CertificateSigningRequest",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ComponentStatus",
+        "CSIDriver",
+        "CSINode",
+        "CustomResourceDefinition",
+        "FlowSchema",
+        "IngressClass",
+        "MutatingWebhookConfiguration",
+        "Namespace",
+        "Node",
+        "PersistentVolume",
+        "PodSecurityPolicy",
+        "PriorityClass",
+        "PriorityLevelConfiguration",
+        "RuntimeClass",
+        "StorageClass",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "ValidatingWebhookConfiguration",
+        "VolumeAttachment",
+    }
+)
+_REMOTE = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|git@|github\.com/|gitlab\.com/|bitbucket\.org/)")
+_FILE_SUFFIXES = (".yaml", ".yml", ".json")
+_REGEX = re.compile(r"[\^$*+?()\[\]{}|\\]")  # a patch target name that is a pattern
+_HASH_SUFFIX = re.compile(r"-[a-z0-9]{10}$")
+_TAG = re.compile(r"(@sha256)?(:[a-zA-Z0-9_.{}-]*)?")
+
+
+class KustomizeError(ValueError):
+    """A kustomization that cannot be read (not YAML, not a mapping)."""
+
+
+def _yaml() -> YAML:
+    y = YAML()  # round-trip
+    y.preserve_quotes = True
+    y.width = 4096
+    return y
+
+
+def kustomization_at(
+    read: Callable[[str], bytes | None], directory: str
+) -> tuple[str, bytes] | None:
+    """The path and content of the kustomization file of `directory`, if it has one."""
+    for name in KUSTOMIZATION_FILES:
+        path = posixpath.join(directory, name) if directory else name
+        data = read(path)
+        if data is not None:
+            return path, data
+    return None
+
+
+def _sequence_style(text: str) -> tuple[int, int]:
+    """(sequence indent, dash offset) as the file writes its lists: `- x` under a key at
+    the same column, or indented by two."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines[:-1]):
+        if re.fullmatch(r"[A-Za-z][\w.-]*:\s*(#.*)?", line):
+            nxt = next(
+                (n for n in lines[i + 1 :] if n.strip() and not n.lstrip().startswith("#")), ""
+            )
+            if nxt.startswith("- "):
+                return 2, 0
+            if nxt.startswith("  - "):
+                return 4, 2
+    return 2, 0
+
+
+@dataclass
+class Kustomization:
+    """One kustomization file, parsed with comments."""
+
+    path: str
+    data: CommentedMap
+    style: tuple[int, int] = (2, 0)
+
+    @property
+    def dir(self) -> str:
+        return posixpath.dirname(self.path)
+
+    @classmethod
+    def parse(cls, path: str, raw: bytes) -> Kustomization:
+        try:
+            text = raw.decode()
+            data = _yaml().load(text)
+        except (YAMLError, UnicodeDecodeError) as exc:
+            raise KustomizeError(f"{path}: {exc}") from exc
+        if data is None:
+            data = CommentedMap()
+        if not isinstance(data, CommentedMap):
+            raise KustomizeError(f"{path}: not a mapping")
+        return cls(path, data, _sequence_style(text))
+
+    def dump(self) -> bytes:
+        y = _yaml()
+        y.indent(mapping=2, sequence=self.style[0], offset=self.style[1])
+        out = io.StringIO()
+        y.dump(self.data, out)
+        return out.getvalue().encode()
+
+    def copy(self) -> Kustomization:
+        # A round trip through text: deep copies of ruamel's comment-carrying nodes are
+        # an order of magnitude slower.
+        copied = Kustomization.parse(self.path, self.dump())
+        copied.style = self.style
+        return copied
+
+    def str_value(self, key: str) -> str:
+        value = self.data.get(key)
+        return value if isinstance(value, str) else ""
+
+    def entries(self, key: str) -> list[Any]:
+        value = self.data.get(key)
+        return list(value) if isinstance(value, list) else []
+
+    def resources(self) -> list[str]:
+        return [r for k in ("resources", "bases") for r in self.entries(k) if isinstance(r, str)]
+
+    # -- edits ----------------------------------------------------------------------------
+    def add_resource(self, entry: str) -> None:
+        self.add_resources([entry])
+
+    def add_resources(self, entries: list[str]) -> None:
+        """Insert each entry into `resources:` before the first entry that sorts after it
+        (in one pass: a snapshot may list thousands); comments stay with their entries."""
+        seq = self.data.get("resources")
+        if not isinstance(seq, CommentedSeq):
+            seq = CommentedSeq()
+            self.data["resources"] = seq
+        new = sorted(set(entries).difference(v for v in seq if isinstance(v, str)))
+        if not new:
+            return
+        merged: list[Any] = []
+        moved: dict[int, int] = {}
+        j = 0
+        for i, value in enumerate(seq):
+            while j < len(new) and isinstance(value, str) and value > new[j]:
+                merged.append(new[j])
+                j += 1
+            moved[i] = len(merged)
+            merged.append(value)
+        merged.extend(new[j:])
+        comments = dict(seq.ca.items)
+        list.clear(seq)
+        list.extend(seq, merged)
+        seq.ca.items.clear()
+        seq.ca.items.update((moved[i], c) for i, c in comments.items() if i in moved)
+
+    def remove_resource(self, entry: str) -> bool:
+        for key in ("resources", "bases"):
+            seq = self.data.get(key)
+            if isinstance(seq, list) and entry in seq:
+                del seq[seq.index(entry)]
+                return True
+        return False
+
+    def rename_resource(self, old: str, new: str) -> bool:
+        for key in ("resources", "bases"):
+            seq = self.data.get(key)
+            if isinstance(seq, list) and old in seq:
+                i = seq.index(old)
+                seq[i] = _like(seq[i], new)
+                return True
+        return False
+
+
+def _like(old: Any, new: str) -> Any:
+    """`new` in the quoting style of the scalar it replaces."""
+    if isinstance(old, DoubleQuotedScalarString):
+        return DoubleQuotedScalarString(new)
+    if isinstance(old, SingleQuotedScalarString):
+        return SingleQuotedScalarString(new)
+    return new
+
+
+def _patches_of(
+    k: Kustomization, read: Callable[[str], bytes | None], files: set[str]
+) -> list[tuple[str | None, str | None, str]]:
+    """What each patch of `k` targets: its `target:` (kind, name), or for a strategic-merge
+    patch without one, the kind and name of each of its documents. Unknown: any object."""
+    out: list[tuple[str | None, str | None, str]] = []
+    for key in _PATCHES:
+        what = f"{key} in {k.path}"
+        for patch in k.entries(key):
+            target = patch.get("target") if isinstance(patch, Mapping) else None
+            if isinstance(target, Mapping):
+                if any(target.get(s) for s in ("labelSelector", "annotationSelector")):
+                    out.append((None, None, what))
+                    continue
+                kind, name = target.get("kind"), target.get("name")
+                out.append(
+                    (
+                        kind if isinstance(kind, str) else None,
+                        name if isinstance(name, str) and not _REGEX.search(name) else None,
+                        what,
+                    )
+                )
+                continue
+            text: str | bytes | None = None
+            if isinstance(patch, Mapping):
+                if isinstance(patch.get("patch"), str):
+                    text = patch["patch"]
+                elif isinstance(patch.get("path"), str):
+                    path = posixpath.normpath(posixpath.join(k.dir, patch["path"]))
+                    files.add(path)
+                    text = read(path)
+            elif isinstance(patch, str) and "\n" in patch:
+                text = patch
+            elif isinstance(patch, str):
+                path = posixpath.normpath(posixpath.join(k.dir, patch))
+                files.add(path)
+                text = read(path)
+            out += [(kind, name, what) for kind, name in _patch_documents(text)]
+    return out
+
+
+def _patch_documents(text: str | bytes | None) -> list[tuple[str | None, str | None]]:
+    """(kind, name) of each document of a strategic-merge patch; (None, None) if unknown."""
+    if text is None:
+        return [(None, None)]
+    try:
+        docs = [d for d in YAML(typ="safe", pure=True).load_all(text) if d is not None]
+    except (YAMLError, UnicodeDecodeError, ValueError):
+        return [(None, None)]
+    out: list[tuple[str | None, str | None]] = []
+    for doc in docs:
+        meta = doc.get("metadata") if isinstance(doc, Mapping) else None
+        kind = doc.get("kind") if isinstance(doc, Mapping) else None
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        if not isinstance(kind, str) or not isinstance(name, str):
+            return [(None, None)]  # a JSON 6902 list, or no identity: assume any object
+        out.append((kind, name))
+    return out or [(None, None)]
+
+
+def is_remote(entry: str) -> bool:
+    return _REMOTE.match(entry) is not None or "?ref=" in entry
+
+
+@dataclass
+class Tree:
+    """The kustomizations reachable from a root, and which one lists each document file.
+
+    `parents[dir]` is the kustomization that includes the kustomization of `dir` as a
+    resource (the root has none); `listed[path]` the kustomization whose `resources:` names
+    the file. `problems` are kustomization-wide constructs, by directory."""
+
+    root: str
+    kustomizations: dict[str, Kustomization] = field(default_factory=dict)
+    parents: dict[str, str] = field(default_factory=dict)
+    listed: dict[str, str] = field(default_factory=dict)
+    problems: dict[str, list[str]] = field(default_factory=dict)
+    pending: dict[str, list[str]] = field(default_factory=dict)  # resources to add, by dir
+    # (kind, name) each patch of a kustomization hits (None: any), and how to name it.
+    patches: dict[str, list[tuple[str | None, str | None, str]]] = field(default_factory=dict)
+    patch_files: set[str] = field(default_factory=set)  # they look like objects, but are not
+
+    @classmethod
+    def load(cls, root: str, read: Callable[[str], bytes | None]) -> Tree | None:
+        """The tree of `root`; None when `root` holds no kustomization."""
+        found = kustomization_at(read, root)
+        if found is None:
+            return None
+        tree = cls(root)
+        tree._add(Kustomization.parse(*found), None, read)
+        return tree
+
+    def _add(
+        self, k: Kustomization, parent: str | None, read: Callable[[str], bytes | None]
+    ) -> None:
+        directory = k.dir
+        self.kustomizations[directory] = k
+        if parent is not None:
+            self.parents[directory] = parent
+        problems = self.problems.setdefault(directory, [])
+        problems += sorted({v for key, v in _FOLDER_WIDE.items() if k.data.get(key)})
+        if any(isinstance(e, Mapping) and e.get("fields") for e in k.entries("labels")):
+            problems.append("labels with fields")
+        self.patches[directory] = _patches_of(k, read, self.patch_files)
+        for entry in k.resources():
+            if is_remote(entry):
+                problems.append(f"remote resource {entry}")
+                continue
+            path = (
+                posixpath.normpath(posixpath.join(directory, entry))
+                if directory
+                else (posixpath.normpath(entry))
+            )
+            if path.startswith("../") or path == "..":
+                problems.append(f"resource {entry} outside the target folder")
+                continue
+            if path.endswith(_FILE_SUFFIXES):
+                self.listed.setdefault(path, directory)  # a file: no kustomization to look for
+                continue
+            sub = kustomization_at(read, "" if path == "." else path)
+            if sub is not None:
+                subdir = posixpath.dirname(sub[0])
+                if subdir in self.kustomizations:
+                    continue  # a base included twice (diamond): rendered through the first
+                self._add(Kustomization.parse(*sub), directory, read)
+            else:
+                self.listed.setdefault(path, directory)
+
+    # -- chains ---------------------------------------------------------------------------
+    def chain(self, directory: str) -> list[Kustomization]:
+        """The kustomizations from `directory`'s up to the root, innermost first."""
+        out: list[Kustomization] = []
+        current: str | None = directory
+        while current is not None:
+            out.append(self.kustomizations[current])
+            current = self.parents.get(current)
+        return out
+
+    def chain_of(self, path: str) -> list[Kustomization] | None:
+        lister = self.listed.get(path)
+        return None if lister is None else self.chain(lister)
+
+    def files(self) -> Iterator[str]:
+        return iter(self.listed)
+
+    def rendered_identity(self, path: str, identity: Identity) -> Identity | None:
+        """The identity `kustomize build` gives the document of file `path` (listed); None
+        for a patch file, which holds no object of its own."""
+        if path in self.patch_files:
+            return None
+        chain = self.chain_of(path)
+        if chain is None:
+            return identity
+        return render_identity(identity, chain)
+
+    def relative(self, k: Kustomization, path: str) -> str:
+        return posixpath.relpath(path, k.dir or ".")
+
+    def add_file(self, path: str) -> str:
+        """List a new document file in the root kustomization (see `flush`); returns the
+        root's directory."""
+        k = self.kustomizations[self.root]
+        self.pending.setdefault(self.root, []).append(self.relative(k, path))
+        self.listed[path] = self.root
+        return self.root
+
+    def flush(self, directory: str) -> Kustomization:
+        """The kustomization of `directory` with the files listed since the last flush."""
+        k = self.kustomizations[directory]
+        added = self.pending.pop(directory, None)
+        if added:
+            k.add_resources(added)
+        return k
+
+    def remove_file(self, path: str) -> str | None:
+        """Unlist a document file; returns the directory of the kustomization edited."""
+        lister = self.listed.pop(path, None)
+        if lister is None:
+            return None
+        k = self.flush(lister)
+        return lister if k.remove_resource(self.relative(k, path)) else None
+
+    def move_file(self, old: str, new: str) -> str | None:
+        lister = self.listed.pop(old, None)
+        if lister is None:
+            return None
+        self.listed[new] = lister
+        k = self.flush(lister)
+        return lister if k.rename_resource(self.relative(k, old), self.relative(k, new)) else None
+
+    def replace(self, k: Kustomization) -> None:
+        """An edited copy (images, replicas) is now the tree's kustomization."""
+        added = self.pending.pop(k.dir, None)
+        if added:
+            k.add_resources(added)
+        self.kustomizations[k.dir] = k
+
+
+def namespaced(identity: Identity) -> bool:
+    return identity.kind not in _CLUSTER_KINDS
+
+
+def _affixes(chain: list[Kustomization]) -> tuple[str, str]:
+    prefix = "".join(k.str_value("namePrefix") for k in reversed(chain))
+    suffix = "".join(k.str_value("nameSuffix") for k in chain)
+    return prefix, suffix
+
+
+def _namespace(chain: list[Kustomization]) -> str:
+    for k in reversed(chain):  # the outermost kustomization that sets one decides
+        if k.str_value("namespace"):
+            return k.str_value("namespace")
+    return ""
+
+
+def names_of(base_name: str, chain: list[Kustomization]) -> set[str]:
+    """Every name an object has on its way through `chain`: kustomize matches `replicas:`
+    entries and patch targets against any of them."""
+    names = set()
+    for i in range(len(chain) + 1):
+        prefix, suffix = _affixes(chain[:i])
+        names.add(prefix + base_name + suffix)
+    return names
+
+
+def render_identity(identity: Identity, chain: list[Kustomization]) -> Identity:
+    prefix, suffix = _affixes(chain)
+    namespace = identity.namespace
+    if namespaced(identity) and _namespace(chain):
+        namespace = _namespace(chain)
+    return Identity(identity.group, identity.kind, namespace, prefix + identity.name + suffix)
+
+
+def generated_by(identity: Identity, chain: list[Kustomization]) -> str | None:
+    """The generator (`configMapGenerator <name>`) that renders an object of this identity in
+    a kustomization of `chain`, if any (names with or without the content hash suffix)."""
+    for i, k in enumerate(chain):
+        for key, kind in _GENERATORS.items():
+            if identity.kind != kind or identity.group:
+                continue
+            outer = chain[i:]
+            prefix, suffix = _affixes(outer)
+            for gen in k.entries(key):
+                name = gen.get("name") if isinstance(gen, Mapping) else None
+                if not isinstance(name, str):
+                    continue
+                rendered = prefix + name + suffix
+                if identity.name == rendered or (
+                    identity.name.startswith(rendered)
+                    and _HASH_SUFFIX.fullmatch(identity.name[len(rendered) :])
+                ):
+                    return f"{key} {name}"
+    return None
+
+
+def _patch_hits(
+    patches: list[tuple[str | None, str | None, str]], identity: Identity, names: set[str]
+) -> str | None:
+    for kind, name, what in patches:
+        if kind is not None and kind != identity.kind:
+            continue
+        if name is not None and name not in names:
+            continue
+        return what
+    return None
+
+
+def patched_by(
+    identity: Identity, chain: list[Kustomization], tree: Tree, base_name: str
+) -> str | None:
+    """The patches in `chain` that hit this object (kustomize fails on a patch whose
+    target is gone, so such an object's file must stay)."""
+    names = names_of(base_name, chain) | {identity.name}
+    for k in chain:
+        hit = _patch_hits(tree.patches.get(k.dir, []), identity, names)
+        if hit is not None:
+            return hit
+    return None
+
+
+def unsupported(
+    identity: Identity, chain: list[Kustomization], tree: Tree, base_name: str
+) -> str | None:
+    """What in `chain` the operator cannot write a change of this object through (named),
+    or None."""
+    for k in chain:
+        problems = tree.problems.get(k.dir) or []
+        if problems:
+            return f"{problems[0]} in {k.path}"
+    generator = generated_by(identity, chain)
+    if generator is not None:
+        return generator
+    names = names_of(base_name, chain) | {identity.name}
+    for k in chain:
+        hit = _patch_hits(tree.patches.get(k.dir, []), identity, names)
+        if hit is not None:
+            return hit
+    return None
+
+
+# -- images ----------------------------------------------------------------------------------
+def split_image(image: str) -> tuple[str, str, str]:
+    """(name, tag, digest) as kustomize's `image.Split` cuts them."""
+    slash = image.find("/")
+    search, offset = (image[slash:], slash) if slash > 0 else (image, 0)
+    at, colon = search.find("@"), search.find(":")
+    if colon < 0 and at < 0:
+        return image, "", ""
+    if at >= 0 and (at < colon or colon < 0):
+        at += offset
+        return image[:at], "", image[at + 1 :]
+    if at >= 0 and colon >= 0:
+        at, colon = at + offset, colon + offset
+        return image[:colon], image[colon + 1 : at], image[at + 1 :]
+    colon += offset
+    return image[:colon], image[colon + 1 :], ""
+
+
+def image_matches(image: str, name: str) -> bool:
+    return image.startswith(name) and _TAG.fullmatch(image[len(name) :]) is not None
+
+
+def apply_image(image: str, entry: Mapping[str, Any]) -> str:
+    name, tag, digest = split_image(image)
+    new_name, new_tag, new_digest = (
+        str(entry.get(k) or "") for k in ("newName", "newTag", "digest")
+    )
+    name = new_name or name
+    if new_tag and new_digest:
+        tag, digest = new_tag, new_digest
+    elif new_tag:
+        tag, digest = new_tag, ""
+    elif new_digest:
+        tag, digest = "", new_digest
+    return name + (f":{tag}" if tag else "") + (f"@{digest}" if digest else "")
+
+
+def _containers(obj: Any) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """Every container (in any `containers`/`initContainers` list), keyed by its path."""
+
+    def walk(node: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("containers", "initContainers") and isinstance(value, list):
+                    for i, c in enumerate(value):
+                        if isinstance(c, dict):
+                            yield (*path, key, c.get("name", i)), c
+                else:
+                    yield from walk(value, (*path, key))
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                yield from walk(value, (*path, i))
+
+    return walk(obj, ())
+
+
+# -- writing through ------------------------------------------------------------------------
+@dataclass
+class WriteThrough:
+    """A live object as its file should hold it, and the kustomizations to edit with it."""
+
+    document: dict[str, Any]
+    edits: dict[str, Kustomization] = field(default_factory=dict)  # by directory
+    problem: str | None = None
+
+
+def write_through(
+    live: Mapping[str, Any],
+    identity: Identity,
+    old: Mapping[str, Any] | None,
+    chain: list[Kustomization],
+) -> WriteThrough:
+    """The file content of a live (sanitized) object listed through `chain` (innermost
+    first), given the file's `old` content, and the edits of the kustomizations that govern
+    its fields: namespace, name affixes, images, replicas."""
+    doc: dict[str, Any] = copy.deepcopy(dict(live))
+    out = WriteThrough(doc)
+    meta = doc.setdefault("metadata", {})
+    old_meta = (old or {}).get("metadata") or {}
+    # namespace
+    namespace = _namespace(chain)
+    if namespace and namespaced(identity):
+        if identity.namespace != namespace:
+            out.problem = (
+                f"namespace {namespace} of the kustomization rewrites {identity.namespace}"
+            )
+            return out
+        if old_meta.get("namespace"):
+            meta["namespace"] = old_meta["namespace"]
+        else:
+            meta.pop("namespace", None)
+    # name
+    prefix, suffix = _affixes(chain)
+    name = identity.name
+    if not (name.startswith(prefix) and name.endswith(suffix) and len(name) > len(prefix + suffix)):
+        out.problem = f"name {name} lacks the namePrefix/nameSuffix {prefix}…{suffix}"
+        return out
+    base_name = name[len(prefix) : len(name) - len(suffix)]
+    meta["name"] = old_meta.get("name") or base_name
+
+    def edited(k: Kustomization) -> Kustomization:
+        if k.dir not in out.edits:
+            out.edits[k.dir] = k.copy()
+        return out.edits[k.dir]
+
+    # replicas
+    names = names_of(base_name, chain)
+    if identity.kind in _REPLICA_KINDS:
+        live_count = (live.get("spec") or {}).get("replicas")
+        governing: tuple[Kustomization, int] | None = None
+        for k in chain:
+            for i, entry in enumerate(k.entries("replicas")):
+                if isinstance(entry, Mapping) and entry.get("name") in names:
+                    governing = (k, i)
+        if governing is not None and isinstance(live_count, int):
+            k, i = governing
+            entry = edited(k).data["replicas"][i]
+            if entry.get("count") != live_count:
+                entry["count"] = live_count
+            old_count = ((old or {}).get("spec") or {}).get("replicas")
+            if old_count is not None:
+                doc["spec"]["replicas"] = old_count
+            elif old is not None:
+                doc["spec"].pop("replicas", None)
+    # images
+    old_containers = dict(_containers(old)) if old is not None else {}
+    for path, container in _containers(doc):
+        image = container.get("image")
+        if not isinstance(image, str):
+            continue
+        before = old_containers.get(path, {}).get("image")
+        start = before if isinstance(before, str) else image
+        applied: list[tuple[Kustomization, int]] = []
+        value = start
+        for k in chain:
+            for i, entry in enumerate(k.entries("images")):
+                if isinstance(entry, Mapping) and image_matches(value, str(entry.get("name", ""))):
+                    value = apply_image(value, entry)
+                    applied.append((k, i))
+        if not applied:
+            # the image is the file's own; no entry may start rewriting it
+            probe = image
+            for k in chain:
+                for entry in k.entries("images"):
+                    if isinstance(entry, Mapping) and image_matches(
+                        probe, str(entry.get("name", ""))
+                    ):
+                        out.problem = (
+                            f"images entry {entry.get('name')} in {k.path} would rewrite {image}"
+                        )
+                        return out
+            continue
+        if len(applied) > 1:
+            out.problem = f"image {image} is rewritten by {len(applied)} images entries"
+            return out
+        if value == image:
+            container["image"] = start
+            continue
+        k, i = applied[0]
+        entry = edited(k).data["images"][i]
+        entry_name = str(entry.get("name"))
+        name_, tag, digest = split_image(image)
+        _set(entry, "newName", name_ if name_ != entry_name else None)
+        _set(entry, "newTag", tag or None)
+        _set(entry, "digest", digest or None)
+        container["image"] = start if (tag or digest) else split_image(start)[0]
+        if apply_image(container["image"], entry) != image:
+            out.problem = f"images entry {entry_name} in {k.path} cannot render {image}"
+            return out
+    # labels and annotations the kustomizations set
+    for k in chain:
+        for where, pairs, specs in _metadata_sets(k):
+            problem = _unset(doc, live, old, identity.kind, pairs, specs)
+            if problem is not None:
+                out.problem = f"{where} in {k.path}: {problem}"
+                return out
+    # drop edits that change nothing
+    for directory in [d for d, k in out.edits.items() if k.data == _by_dir(chain)[d].data]:
+        del out.edits[directory]
+    return out
+
+
+def _metadata_sets(k: Kustomization) -> list[tuple[str, dict[str, str], list[_Spec]]]:
+    """The label and annotation sets of a kustomization and where each is written."""
+    out: list[tuple[str, dict[str, str], list[_Spec]]] = []
+    common = k.data.get("commonLabels")
+    if isinstance(common, Mapping) and common:
+        out.append(
+            (
+                "commonLabels",
+                {str(a): str(b) for a, b in common.items()},
+                [*_META_LABELS, *_TEMPLATE_LABELS, *_SELECTORS],
+            )
+        )
+    for entry in k.entries("labels"):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("pairs"), Mapping):
+            continue
+        specs = list(_META_LABELS)
+        if entry.get("includeSelectors"):
+            specs += _TEMPLATE_LABELS + _SELECTORS
+        elif entry.get("includeTemplates"):
+            specs += _TEMPLATE_LABELS
+        pairs = {str(a): str(b) for a, b in entry["pairs"].items()}
+        out.append(("labels", pairs, specs))
+    annotations = k.data.get("commonAnnotations")
+    if isinstance(annotations, Mapping) and annotations:
+        pairs = {str(a): str(b) for a, b in annotations.items()}
+        out.append(("commonAnnotations", pairs, list(_ANNOTATIONS)))
+    return out
+
+
+def _at(obj: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _unset(
+    doc: dict[str, Any],
+    live: Mapping[str, Any],
+    old: Mapping[str, Any] | None,
+    kind: str,
+    pairs: dict[str, str],
+    specs: list[_Spec],
+) -> str | None:
+    """Take the pairs a kustomization sets out of `doc` (the file keeps what it had); a
+    problem when the live object lacks one or holds another value (it would be rendered)."""
+    for kinds, path, create in specs:
+        if kinds is not None and kind not in kinds:
+            continue
+        live_map = _at(live, path)
+        if not isinstance(live_map, Mapping):
+            if create:
+                return f"sets {'.'.join(path)} the live object does not have"
+            continue
+        for key, value in pairs.items():
+            if live_map.get(key) != value:
+                return f"sets {key}={value} but the live object has {live_map.get(key)!r}"
+        old_map = _at(old, path) if old is not None else None
+        if not create and old is None:
+            continue  # kept: kustomize adds to such a map only when the file has it
+        parent = _at(doc, path[:-1])
+        target = _at(doc, path)
+        if not isinstance(parent, dict) or not isinstance(target, dict):
+            continue
+        for key in pairs:
+            if not (isinstance(old_map, Mapping) and key in old_map):
+                target.pop(key, None)
+        if not target and not isinstance(old_map, Mapping) and create:
+            del parent[path[-1]]
+    return None
+
+
+def _by_dir(chain: list[Kustomization]) -> dict[str, Kustomization]:
+    return {k.dir: k for k in chain}
+
+
+def _set(entry: CommentedMap, key: str, value: str | None) -> None:
+    if value is None:
+        entry.pop(key, None)
+    elif entry.get(key) != value:
+        entry[key] = _like(entry.get(key), value)
+
+
+def remove_replicas(
+    chain: list[Kustomization], identity: Identity, base_name: str
+) -> dict[str, Kustomization]:
+    """The kustomizations of `chain` without the `replicas:` entries of a deleted workload
+    (kustomize fails on an entry that matches nothing)."""
+    edits: dict[str, Kustomization] = {}
+    if identity.kind not in _REPLICA_KINDS:
+        return edits
+    names = names_of(base_name, chain)
+    for k in chain:
+        seq = k.data.get("replicas")
+        if not isinstance(seq, list):
+            continue
+        keep = [e for e in seq if not (isinstance(e, Mapping) and e.get("name") in names)]
+        if len(keep) != len(seq):
+            new = k.copy()
+            new_seq = new.data["replicas"]
+            for i in reversed(range(len(new_seq))):
+                e = new_seq[i]
+                if isinstance(e, Mapping) and e.get("name") in names:
+                    del new_seq[i]
+            if not new_seq:
+                del new.data["replicas"]
+            edits[k.dir] = new
+    return edits
+
+
+def base_name_of(identity: Identity, chain: list[Kustomization]) -> str:
+    prefix, suffix = _affixes(chain)
+    name = identity.name
+    if name.startswith(prefix) and name.endswith(suffix) and len(name) > len(prefix + suffix):
+        return name[len(prefix) : len(name) - len(suffix)]
+    return name

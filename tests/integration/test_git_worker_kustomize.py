@@ -1,0 +1,411 @@
+"""Writing through kustomizations: the branch worker against a real bare repository, and the
+real `kustomize build` of the folder after every write compared with the live objects."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kubescribe.devenv import kustomize
+from kubescribe.devenv.gitremote import BareRemote
+from kubescribe.git.targets import KUSTOMIZE_UNSUPPORTED, RENDER_MISMATCH, KustomizeConfig
+from kubescribe.mirror.changes import Change, Operation, PruneMode
+from kubescribe.mirror.identity import Identity, ResourceType
+from kubescribe.mirror.yamlfmt import dump_yaml, order_document
+from tests.integration import test_git_worker
+from tests.integration.test_git_worker import (
+    CONFIGMAPS,
+    TARGET,
+    Harness,
+    cursor,
+    snapshot,
+    target,
+)
+
+make = test_git_worker.make  # the worker harness fixture
+DEPLOYMENTS = ResourceType("apps", "v1", "deployments", "Deployment", True)
+FOLDER = "apps"
+NS = "prod"
+
+BASE_KUSTOMIZATION = """\
+# shared by every environment
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - settings.yaml   # app settings
+  - web.yaml
+"""
+OVERLAY_KUSTOMIZATION = """\
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: prod  # everything lands here
+namePrefix: prod-
+resources:
+  - ../../base
+images:
+  # pinned by the release process
+  - name: nginx
+    newTag: "1.27"
+replicas:
+  - name: web
+    count: 2
+"""
+
+
+def configmap(name: str, **data: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": NS},
+        "data": data,
+    }
+
+
+def deployment(name: str, image: str, replicas: int) -> dict[str, Any]:
+    labels = {"app": "web"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "web", "image": image}]},
+            },
+        },
+    }
+
+
+def change(doc: dict[str, Any] | None, rtype: ResourceType, name: str, op: Operation) -> Change:
+    identity = Identity(rtype.group, rtype.kind, NS, name)
+    return Change(TARGET, op, identity, rtype, doc, time.monotonic(), cursor())
+
+
+def seed(remote: BareRemote) -> None:
+    settings = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}}
+    web = deployment("web", "nginx:1.25", 1)
+    web["metadata"] = {"name": "web"}
+    base = {
+        "settings.yaml": dump_yaml(order_document({**settings, "data": {"mode": "fast"}})),
+        "web.yaml": dump_yaml(order_document(web)),
+        "kustomization.yaml": BASE_KUSTOMIZATION,
+    }
+    for name, content in base.items():
+        remote.commit_foreign(f"{FOLDER}/base/{name}", content, f"base {name}")
+    remote.commit_foreign(
+        f"{FOLDER}/overlays/prod/kustomization.yaml", OVERLAY_KUSTOMIZATION, "overlay"
+    )
+
+
+@pytest.fixture(scope="module")
+def kustomize_bin() -> Path:
+    try:
+        return kustomize.binary()
+    except kustomize.KustomizeMissing:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("kustomize could not be built (Go missing?)")
+
+
+def rendered(remote: BareRemote, kbin: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    docs = kustomize.build_remote(kbin, remote.path, f"{FOLDER}/overlays/prod")
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+
+def kz_target(**kw: Any) -> Any:
+    return target(
+        PruneMode.ALWAYS, folder=FOLDER, kustomize=KustomizeConfig(root="overlays/prod", **kw)
+    )
+
+
+async def test_base_and_overlay_render_the_live_objects_after_every_write(
+    remote: BareRemote,
+    make: Callable[..., Harness],
+    kustomize_bin: Path,
+) -> None:
+    seed(remote)
+    h = make(kz_target())
+    live: dict[tuple[str, str], dict[str, Any]] = {
+        ("ConfigMap", "prod-settings"): configmap("prod-settings", mode="fast"),
+        ("Deployment", "prod-web"): deployment("prod-web", "nginx:1.27", 2),
+    }
+    assert rendered(remote, kustomize_bin) == live  # the seed renders the cluster
+
+    async def step(item: Change) -> None:
+        await h.settle(item)
+        assert h.last().failing == []
+        assert rendered(remote, kustomize_bin) == live
+
+    # A ConfigMap edited in the base: the file keeps no namespace and its unprefixed name.
+    live["ConfigMap", "prod-settings"] = configmap("prod-settings", mode="slow")
+    await step(
+        change(live["ConfigMap", "prod-settings"], CONFIGMAPS, "prod-settings", Operation.UPDATE)
+    )
+    settings = yaml.safe_load(remote.read(f"{FOLDER}/base/settings.yaml"))
+    assert settings["metadata"] == {"name": "settings"}
+
+    # A new ConfigMap: a file under the overlay, listed in its resources (sorted, comments kept).
+    live["ConfigMap", "prod-extra"] = configmap("prod-extra", a="1")
+    await step(change(live["ConfigMap", "prod-extra"], CONFIGMAPS, "prod-extra", Operation.CREATE))
+    overlay = remote.read(f"{FOLDER}/overlays/prod/kustomization.yaml")
+    assert "  - ../../base\n  - prod/core/configmaps/extra.yaml\n" in overlay
+    assert "namespace: prod  # everything lands here" in overlay
+    assert "  # pinned by the release process\n" in overlay
+    extra = yaml.safe_load(remote.read(f"{FOLDER}/overlays/prod/prod/core/configmaps/extra.yaml"))
+    assert extra["metadata"] == {"name": "extra"}
+
+    # An image update lands in the overlay's images:, the base keeps its own tag.
+    live["Deployment", "prod-web"] = deployment("prod-web", "nginx:1.28", 2)
+    await step(change(live["Deployment", "prod-web"], DEPLOYMENTS, "prod-web", Operation.UPDATE))
+    overlay = remote.read(f"{FOLDER}/overlays/prod/kustomization.yaml")
+    assert '    newTag: "1.28"\n' in overlay
+    assert "nginx:1.25" in remote.read(f"{FOLDER}/base/web.yaml")
+
+    # A scale lands in replicas:, the base keeps its count.
+    live["Deployment", "prod-web"] = deployment("prod-web", "nginx:1.28", 5)
+    await step(change(live["Deployment", "prod-web"], DEPLOYMENTS, "prod-web", Operation.UPDATE))
+    overlay = remote.read(f"{FOLDER}/overlays/prod/kustomization.yaml")
+    assert "  - name: web\n    count: 5\n" in overlay
+    assert yaml.safe_load(remote.read(f"{FOLDER}/base/web.yaml"))["spec"]["replicas"] == 1
+
+    # Deletes unlist the file (and a deleted workload's replicas: entry, or kustomize fails).
+    del live["ConfigMap", "prod-extra"]
+    await step(change(None, CONFIGMAPS, "prod-extra", Operation.DELETE))
+    assert "extra.yaml" not in remote.read(f"{FOLDER}/overlays/prod/kustomization.yaml")
+    del live["Deployment", "prod-web"]
+    await step(change(None, DEPLOYMENTS, "prod-web", Operation.DELETE))
+    base = remote.read(f"{FOLDER}/base/kustomization.yaml")
+    assert base == BASE_KUSTOMIZATION.replace("  - web.yaml\n", "")
+    assert "replicas" not in remote.read(f"{FOLDER}/overlays/prod/kustomization.yaml")
+
+
+async def test_snapshot_of_a_kustomized_folder_makes_no_commit(
+    remote: BareRemote,
+    make: Callable[..., Harness],
+    kustomize_bin: Path,
+) -> None:
+    seed(remote)
+    tip = remote.tip()
+    h = make(kz_target())
+    settings = Identity("", "ConfigMap", NS, "prod-settings")
+    await h.settle(snapshot({settings: configmap("prod-settings", mode="fast")}, ns=NS))
+    assert remote.tip() == tip
+    assert h.last().documents == 2
+
+
+GENERATOR_KUSTOMIZATION = """\
+resources:
+  - plain.yaml
+configMapGenerator:
+  - name: generated
+    literals: [a=1]
+"""
+
+
+async def test_generated_configmap_is_reported_and_not_written(
+    remote: BareRemote,
+    make: Callable[..., Harness],
+    kustomize_bin: Path,
+) -> None:
+    remote.commit_foreign(f"{FOLDER}/kustomization.yaml", GENERATOR_KUSTOMIZATION, "gen")
+    remote.commit_foreign(
+        f"{FOLDER}/plain.yaml",
+        yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plain"}}),
+        "plain",
+    )
+    tip = remote.tip()
+    h = make(target(PruneMode.ALWAYS, folder=FOLDER, kustomize=KustomizeConfig()))
+    doc = configmap("generated-7h2k5c9f8m", a="2")
+    await h.settle(change(doc, CONFIGMAPS, "generated-7h2k5c9f8m", Operation.UPDATE))
+    assert remote.tip() == tip  # nothing written
+    (identity, reason, message), *_ = h.last().failing
+    assert (identity.name, reason) == ("generated-7h2k5c9f8m", KUSTOMIZE_UNSUPPORTED)
+    assert "configMapGenerator generated" in message
+    kustomize.build_remote(kustomize_bin, remote.path, FOLDER)  # still builds
+
+
+async def test_render_check_reports_what_kustomize_renders_differently(
+    remote: BareRemote, make: Callable[..., Harness], kustomize_bin: Path
+) -> None:
+    # buildMetadata adds an annotation to every rendered object: the live ones lack it.
+    kustomization = "buildMetadata: [originAnnotations]\nresources: []\n"
+    remote.commit_foreign(f"{FOLDER}/kustomization.yaml", kustomization, "origin annotations")
+    h = make(
+        target(
+            PruneMode.ALWAYS,
+            folder=FOLDER,
+            kustomize=KustomizeConfig(render_check=str(kustomize_bin)),
+        )
+    )
+    await h.settle(change(configmap("a", k="1"), CONFIGMAPS, "a", Operation.CREATE))
+    assert "prod/core/configmaps/a.yaml" in remote.read(f"{FOLDER}/kustomization.yaml")
+    (identity, reason, message), *_ = h.last().failing
+    assert (identity.name, reason) == ("a", RENDER_MISMATCH)
+    assert "renders differently" in message
+
+    remote.commit_foreign(
+        f"{FOLDER}/kustomization.yaml", "resources:\n- prod/core/configmaps/a.yaml\n", "fix"
+    )
+    await h.settle(change(configmap("a", k="2"), CONFIGMAPS, "a", Operation.UPDATE))
+    assert h.last().failing == []
+
+
+async def test_object_of_a_multi_document_file_is_reported_not_duplicated(
+    remote: BareRemote, make: Callable[..., Harness], kustomize_bin: Path
+) -> None:
+    both = "\n---\n".join(
+        yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}})
+        for n in ("one", "two")
+    )
+    remote.commit_foreign(f"{FOLDER}/kustomization.yaml", "resources: [both.yaml]\n", "k")
+    remote.commit_foreign(f"{FOLDER}/both.yaml", both, "two in one file")
+    tip = remote.tip()
+    h = make(target(PruneMode.NEVER, folder=FOLDER, kustomize=KustomizeConfig()))
+    doc = configmap("two", k="1")
+    doc["metadata"].pop("namespace")
+    item = Change(
+        TARGET,
+        Operation.UPDATE,
+        Identity("", "ConfigMap", "", "two"),
+        CONFIGMAPS,
+        doc,
+        time.monotonic(),
+        cursor(),
+    )
+    await h.settle(item)
+    assert remote.tip() == tip
+    (identity, reason, message), *_ = h.last().failing
+    assert (identity.name, reason) == ("two", KUSTOMIZE_UNSUPPORTED)
+    assert f"multi-document file {FOLDER}/both.yaml" in message
+    kustomize.build_remote(kustomize_bin, remote.path, FOLDER)
+
+
+async def test_write_unsupported_writes_a_plain_unlisted_file(
+    remote: BareRemote, make: Callable[..., Harness], kustomize_bin: Path
+) -> None:
+    remote.commit_foreign(f"{FOLDER}/kustomization.yaml", GENERATOR_KUSTOMIZATION, "gen")
+    remote.commit_foreign(
+        f"{FOLDER}/plain.yaml",
+        yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plain"}}),
+        "plain",
+    )
+    h = make(
+        target(PruneMode.ALWAYS, folder=FOLDER, kustomize=KustomizeConfig(write_unsupported=True))
+    )
+    doc = configmap("generated-7h2k5c9f8m", a="2")
+    await h.settle(change(doc, CONFIGMAPS, "generated-7h2k5c9f8m", Operation.UPDATE))
+    assert f"{FOLDER}/prod/core/configmaps/generated-7h2k5c9f8m.yaml" in remote.files()
+    assert remote.read(f"{FOLDER}/kustomization.yaml") == GENERATOR_KUSTOMIZATION
+    (identity, reason, _), *_ = h.last().failing
+    assert (identity.name, reason) == ("generated-7h2k5c9f8m", KUSTOMIZE_UNSUPPORTED)
+    kustomize.build_remote(kustomize_bin, remote.path, FOLDER)  # still builds
+
+
+LABELLED_KUSTOMIZATION = """\
+namespace: prod
+commonLabels:
+  team: shop  # selectors too
+labels:
+  - pairs: {tier: web}
+    includeTemplates: true
+commonAnnotations:
+  owner: platform
+resources:
+  - base/settings.yaml
+  - base/web.yaml
+"""
+
+
+async def test_labels_and_annotations_the_kustomization_sets_stay_out_of_the_files(
+    remote: BareRemote, make: Callable[..., Harness], kustomize_bin: Path
+) -> None:
+    settings = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}}
+    web = deployment("web", "nginx:1.25", 1)
+    web["metadata"] = {"name": "web"}
+    remote.commit_foreign(f"{FOLDER}/kustomization.yaml", LABELLED_KUSTOMIZATION, "k")
+    for name, doc in (("settings", {**settings, "data": {"a": "1"}}), ("web", web)):
+        remote.commit_foreign(f"{FOLDER}/base/{name}.yaml", dump_yaml(order_document(doc)), name)
+    h = make(target(PruneMode.ALWAYS, folder=FOLDER, kustomize=KustomizeConfig()))
+
+    def build() -> dict[tuple[str, str], Any]:
+        docs = kustomize.build_remote(kustomize_bin, remote.path, FOLDER)
+        return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+    live = build()  # the cluster was deployed from the repository
+    live["ConfigMap", "settings"]["data"] = {"a": "2"}
+    await h.settle(change(live["ConfigMap", "settings"], CONFIGMAPS, "settings", Operation.UPDATE))
+    assert h.last().failing == []
+    assert build() == live
+    web_live = live["Deployment", "web"]
+    web_live["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "X", "value": "1"}]
+    await h.settle(change(web_live, DEPLOYMENTS, "web", Operation.UPDATE))
+    assert h.last().failing == []
+    assert build() == live
+    base_web = yaml.safe_load(remote.read(f"{FOLDER}/base/web.yaml"))
+    assert base_web["metadata"] == {"name": "web"}
+    assert base_web["spec"]["template"]["metadata"] == {"labels": {"app": "web"}}
+
+    # A new object that carries what the kustomization sets: written without it.
+    extra = configmap("extra", b="1")
+    extra["metadata"] |= {"labels": {"team": "shop", "tier": "web"}}
+    extra["metadata"]["annotations"] = {"owner": "platform"}
+    live["ConfigMap", "extra"] = extra
+    await h.settle(change(extra, CONFIGMAPS, "extra", Operation.CREATE))
+    assert build() == live
+    assert yaml.safe_load(remote.read(f"{FOLDER}/prod/core/configmaps/extra.yaml"))["metadata"] == {
+        "name": "extra"
+    }
+
+    # One without them cannot be rendered from this folder: reported, not written.
+    await h.settle(change(configmap("bare", c="1"), CONFIGMAPS, "bare", Operation.CREATE))
+    (identity, reason, message), *_ = h.last().failing
+    assert (identity.name, reason) == ("bare", KUSTOMIZE_UNSUPPORTED)
+    assert "commonLabels in apps/kustomization.yaml" in message
+    assert build() == live
+
+
+PATCHED_KUSTOMIZATION = """\
+resources:
+  - web.yaml
+patches:
+  - path: a-patch.yaml
+"""
+
+
+async def test_patch_files_are_not_documents_and_a_patched_object_is_not_removed(
+    remote: BareRemote, make: Callable[..., Harness], kustomize_bin: Path
+) -> None:
+    web = deployment("web", "nginx:1.25", 1)
+    web["metadata"] = {"name": "web", "namespace": NS}
+    patch = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}}
+    patch["metadata"]["namespace"] = NS
+    patch["spec"] = {"replicas": 3}
+    files = {
+        "kustomization.yaml": PATCHED_KUSTOMIZATION,
+        "web.yaml": dump_yaml(order_document(web)),
+        "a-patch.yaml": dump_yaml(order_document(patch)),  # sorts first: looks like `web`
+    }
+    for name, content in files.items():
+        remote.commit_foreign(f"{FOLDER}/{name}", content, name)
+    tip = remote.tip()
+    h = make(target(PruneMode.ALWAYS, folder=FOLDER, kustomize=KustomizeConfig()))
+    await h.settle(change(None, DEPLOYMENTS, "web", Operation.DELETE))
+    assert remote.tip() == tip  # neither the patch nor the patched file is removed
+    (identity, reason, message), *_ = h.last().failing
+    assert (identity.name, reason) == ("web", KUSTOMIZE_UNSUPPORTED)
+    assert message == (
+        f"not removed: patches in {FOLDER}/kustomization.yaml targets it (remove the patch first)"
+    )
+    kustomize.build_remote(kustomize_bin, remote.path, FOLDER)
+
+    await h.settle(snapshot({}, ns=NS, rtype=DEPLOYMENTS))
+    assert remote.tip() == tip
+    assert [f[1] for f in h.last().failing] == [KUSTOMIZE_UNSUPPORTED]
