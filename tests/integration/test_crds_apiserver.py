@@ -115,7 +115,10 @@ def test_valid_objects_are_accepted_with_defaults(cp: ControlPlane, namespace: s
             "commitWindow": "5s",
             "maxChangesPerCommit": 500,
         }
-        assert stored["GitProvider"]["spec"]["attribution"] == {"mode": "configured-author"}
+        assert stored["GitProvider"]["spec"]["attribution"] == {
+            "mode": "configured-author",
+            "inferFromManagedFields": False,
+        }
         assert stored["CommitRequest"]["spec"] == specs[("CommitRequest", "save")]
         assert stored["GitTarget"]["spec"] == TARGET | {
             "path": ".",
