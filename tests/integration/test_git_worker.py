@@ -305,10 +305,11 @@ async def test_live_delete_under_each_prune_mode(
         (PruneMode.ON_EVENT, False),
         (PruneMode.NEVER, True),
     ):
+        name = f"x-{prune}".lower()
         h = make(target(prune), cache=f"cache-{prune}")
-        await h.settle(upsert(f"x-{prune}"))
-        await h.settle(delete(f"x-{prune}"))
-        assert (path_of(f"x-{prune}") in remote.files()) is kept
+        await h.settle(upsert(name))
+        await h.settle(delete(name))
+        assert (path_of(name) in remote.files()) is kept
         assert h.last().retained == (1 if kept else 0)
 
 
@@ -461,11 +462,12 @@ async def test_stale_local_cache_is_not_evidence(
 async def test_creates_a_branch_missing_on_the_remote(
     remote: BareRemote, make: Callable[..., Harness]
 ) -> None:
+    git("symbolic-ref", "HEAD", "refs/heads/none", cwd=remote.path)  # no default branch
     h = make(branch="mirror")
     await h.settle(upsert("a"))
     log = remote.log("mirror")
     assert len(log) == 1
-    assert parents(remote, log[0]["sha"]) == []
+    assert parents(remote, log[0]["sha"]) == []  # an orphan root only without a default
     assert remote.files("mirror") == [path_of("a")]
     assert len(remote.log()) == 1  # main untouched
 

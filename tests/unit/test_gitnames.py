@@ -118,9 +118,9 @@ def test_templates_with_a_reserved_literal_segment_are_refused() -> None:
     ("name", "template", "expected"),
     [
         (".git", "{name}/{kind}.yaml", "_.git/ClusterRole.yaml"),
-        ("GIT~1", "{name}/{kind}.yaml", "_GIT~1/ClusterRole.yaml"),
-        (".gitmodules:x", "x/{name}.yaml", "x/_.gitmodules:x.yaml"),
-        ("a\\.git", "{name}/{kind}.yaml", "a\\_.git/ClusterRole.yaml"),
+        ("GIT~1", "{name}/{kind}.yaml", "GIT%7E1~5a737ef75e2a/ClusterRole.yaml"),
+        (".gitmodules:x", "x/{name}.yaml", "x/.gitmodules%3Ax.yaml"),
+        ("a\\.git", "{name}/{kind}.yaml", "a%5C.git/ClusterRole.yaml"),
         (".git", "{name}.yaml", ".git.yaml"),
     ],
 )

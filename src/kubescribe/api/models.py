@@ -587,6 +587,16 @@ class GitTargetSpec(ApiModel):
         ),
         json_schema_extra=_cel(_IMMUTABLE, *_BRANCH_RULES),
     )
+    base_branch: str | None = Field(
+        None,
+        min_length=1,
+        max_length=255,
+        description=(
+            "Where `branch` starts when the remote does not have it yet (short name);"
+            " default: the remote's default branch (its HEAD)."
+        ),
+        json_schema_extra=_cel(*_BRANCH_RULES),
+    )
     path: str = Field(
         ".",
         min_length=1,

@@ -383,6 +383,7 @@ class Manager:
             attribution=AttributionMode(target.provider.spec.attribution.mode),
             infer_authors=target.provider.spec.attribution.infer_from_managed_fields,
             kustomize=self._kustomize_config(target),
+            base_branch=target.spec.base_branch,
         )
 
     def _kustomize_config(self, target: TargetPlan) -> KustomizeConfig | None:

@@ -250,6 +250,28 @@ class GitRepository:
         assert isinstance(tip, pygit2.Oid)
         return tip
 
+    def default_branch(self) -> str | None:
+        """The branch the remote's HEAD names (its default branch); None if it names none."""
+        self._check_address("fetch")
+        callbacks = self._callbacks()
+        try:
+            with self._lock:
+                heads = self._remote.list_heads(callbacks=callbacks)
+        except (pygit2.GitError, OSError) as exc:
+            reason, message = self._classify(exc, callbacks)
+            raise RemoteUnavailable(f"fetch failed: {message}", reason) from None
+        for head in heads:
+            target = head.symref_target
+            if head.name == "HEAD" and target and target.startswith("refs/heads/"):
+                return target.removeprefix("refs/heads/")
+        return None
+
+    def start_point(self, base_branch: str | None) -> pygit2.Oid | None:
+        """Where a branch missing on the remote starts: the tip of `base_branch`, or of the
+        remote's default branch; None (an orphan root) only when the remote has neither."""
+        base = base_branch or self.default_branch()
+        return self.fetch(base) if base else None
+
     def push(self, branch: str, new_tip: pygit2.Oid, expected: pygit2.Oid | None = None) -> None:
         """Fast-forward the remote `branch` from `expected` to `new_tip` (created if missing);
         never forced."""

@@ -144,6 +144,7 @@ class TargetConfig:
     attribution: AttributionMode = AttributionMode.CONFIGURED
     infer_authors: bool = False  # attributed-author: the field manager when nothing else names one
     kustomize: KustomizeConfig | None = None
+    base_branch: str | None = None  # where a branch missing on the remote starts
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "folder", normalize_target_path(self.folder))

@@ -512,10 +512,21 @@ class Writer:
             )
         return self.tip
 
+    def start(
+        self, tip: pygit2.Oid | None, targets: Mapping[TargetKey, TargetConfig]
+    ) -> pygit2.Oid | None:
+        """What a build starts from: the remote tip, or for a branch the remote does not have
+        yet, the tip of the targets' `baseBranch` (the first, by name) or of the remote's
+        default branch, so a new branch shares the repository's history."""
+        if tip is not None:
+            return tip
+        bases = sorted(c.base_branch for c in targets.values() if c.base_branch)
+        return self.open().start_point(bases[0] if bases else None)
+
     def warm_up(self, targets: Mapping[TargetKey, TargetConfig]) -> None:
         """Fetch and index once at start so the first change does not pay for it."""
         try:
-            build = Build(self, self.remote_tip(), targets)
+            build = Build(self, self.start(self.remote_tip(), targets), targets)
             for config in targets.values():
                 build.index(config)
         except Exception as exc:  # the first write retries and reports
@@ -539,13 +550,14 @@ class Writer:
         for attempt in range(self.max_rebuilds + 1):
             base = self.remote_tip()
             started = time.perf_counter()
-            build = Build(self, base, targets)
+            start = self.start(base, targets)
+            build = Build(self, start, targets)
             build.upkeep()
             for item in batch:
                 build.apply(item)
             build.render_check(batch)
             built = time.perf_counter()
-            if build.head == base:
+            if build.head == start:
                 build.commit_state()
                 return build.outcome(pushed=False)
             assert build.head is not None

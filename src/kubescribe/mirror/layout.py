@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -77,13 +78,61 @@ class Layout:
             version=_segment(rtype.version),
             kind=_segment(identity.kind),
             resource=_segment(rtype.resource),
-            name=_segment(identity.name),
+            name=file_name(identity.name),
         )
         # Object names may spell `.git` or an alias of it: such a segment gets a `_` prefix.
         path = "/".join(escape_segment(s) for s in posixpath.normpath(path).split("/"))
         if encrypted and not path.endswith(ENCRYPTED_SUFFIX):
             path = path.removesuffix(".yaml") + ENCRYPTED_SUFFIX
         return path
+
+
+# Characters Windows refuses in a file name, and `%` and `~` so the mapping stays one-to-one
+# (`~` separates the stable suffix). Kubernetes names never hold `/` or `%`, but RBAC names may
+# hold almost anything else (`system:controller:x`).
+_UNSAFE = frozenset('<>:"\\|?*%~')
+# Names Windows reserves for devices, with any extension.
+_DEVICES = frozenset(
+    ["con", "prn", "aux", "nul"] + [f"{d}{i}" for d in ("com", "lpt") for i in "0123456789"]
+)
+# A file name is at most 255 bytes on common file systems; leave room for `.sops.yaml`
+# and whatever a template adds around `{name}`.
+MAX_NAME_BYTES = 200
+_SUFFIX_HEX = 12
+
+
+def file_name(name: str) -> str:
+    """The file-name form of an object name, one a clone can check out anywhere.
+
+    Characters Windows refuses, control characters, non-ASCII characters, `%` and `~` are
+    percent-encoded (UTF-8, upper-case hex). A name that could collide with another on a
+    case-insensitive file system (it holds an upper-case letter), a Windows device name, a
+    name ending in `.` or space, and one longer than `MAX_NAME_BYTES` after encoding get a
+    stable suffix `~` + the first 12 hex digits of the SHA-256 of the exact name (long names
+    are cut first). Lower-case ASCII names without those characters stay as they are.
+    """
+    if name in ("", ".", ".."):
+        return f"_{name}_"
+    out: list[str] = []
+    for char in name:
+        if char in _UNSAFE or ord(char) < 0x20 or ord(char) >= 0x7F:
+            out.extend(f"%{b:02X}" for b in char.encode())
+        else:
+            out.append(char)
+    encoded = "".join(out)
+    needs_suffix = (
+        name.lower() != name
+        or len(encoded) > MAX_NAME_BYTES
+        or encoded.split(".")[0].lower() in _DEVICES
+        or encoded[-1] in ". "
+    )
+    if not needs_suffix:
+        return encoded
+    digest = hashlib.sha256(name.encode()).hexdigest()[:_SUFFIX_HEX]
+    head = encoded[: MAX_NAME_BYTES - _SUFFIX_HEX - 1]
+    if "%" in head[-2:]:
+        head = head[: head.rfind("%")]  # never cut an escape in half
+    return f"{head}~{digest}"
 
 
 def _segment(value: str) -> str:
