@@ -102,3 +102,30 @@ async def test_changes_of_a_remote_cluster_carry_its_audit_route() -> None:
     [change] = submitted
     assert change.audit_route == "east"
     assert "east@" in spec.key
+
+
+def terminating(obj: dict[str, Any], *finalizers: str) -> dict[str, Any]:
+    obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    obj["metadata"]["finalizers"] = list(finalizers)
+    return obj
+
+
+async def test_deletion_intent_is_the_delete_and_finalizer_removals_change_nothing() -> None:
+    stream, out = sink()
+    await stream.on_event("MODIFIED", terminating(cm("a"), "x/one", "x/two"), "8")
+    await stream.on_event("MODIFIED", terminating(cm("a"), "x/two"), "9")
+    await stream.on_event("DELETED", terminating(cm("a")), "10")
+    assert [c.operation for c in out if isinstance(c, Change)] == [Operation.DELETE] * 3
+    assert all(isinstance(c, Change) and c.document is None for c in out)
+    assert out[0].uid == "uid-a"  # type: ignore[union-attr]
+
+
+async def test_a_snapshot_counts_terminating_objects_as_deleted() -> None:
+    stream, out = sink()
+    await stream.on_snapshot(
+        {("ns", "a"): cm("a"), ("ns", "b"): terminating(cm("b"), "f")}, set(), "9"
+    )
+    (snap,) = out
+    assert isinstance(snap, Snapshot)
+    assert set(snap.documents) == {Identity("", "ConfigMap", "ns", "a")}
+    assert snap.deleted == frozenset({Identity("", "ConfigMap", "ns", "b")})

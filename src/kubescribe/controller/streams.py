@@ -111,16 +111,18 @@ class TargetStream:
     async def on_snapshot(
         self, objects: Mapping[ObjectKey, dict[str, Any]], deleted: set[ObjectKey], rv: str
     ) -> None:
+        # An object being deleted (finalizers pending) is deleted as far as Git is concerned.
+        terminating = {k for k, obj in objects.items() if _terminating(obj)}
         documents = {
             self._identity(ns, name): self._document(obj)
             for (ns, name), obj in objects.items()
-            if self._keep(obj)
+            if (ns, name) not in terminating and self._keep(obj)
         }
         if self.journal is not None:
             self.journal.snapshot(rv, objects)
         ops = self.spec.operations
         gone = (
-            frozenset(self._identity(*k) for k in deleted)
+            frozenset(self._identity(*k) for k in deleted | terminating)
             if Operation.DELETE in ops
             else frozenset()
         )
@@ -152,7 +154,11 @@ class TargetStream:
         operation = _OPERATIONS.get(event_type)
         meta = obj.get("metadata") or {}
         if operation is not None and operation is not Operation.DELETE:
-            if not self.spec.selects(meta.get("labels") or {}):
+            if _terminating(obj):
+                # Deletion intent: the first event with a deletionTimestamp is the delete;
+                # the finalizer removals after it find nothing left to remove.
+                operation = Operation.DELETE
+            elif not self.spec.selects(meta.get("labels") or {}):
                 # Only client-side selectors get here: the object left the selection.
                 operation = Operation.DELETE
             elif not self._keep(obj):
@@ -171,6 +177,11 @@ class TargetStream:
             audit_route=self.spec.audit_route,
             field_manager=latest_manager(meta) if operation is not Operation.DELETE else "",
         )
+
+
+def _terminating(obj: Mapping[str, Any]) -> bool:
+    meta = obj.get("metadata")
+    return isinstance(meta, Mapping) and bool(meta.get("deletionTimestamp"))
 
 
 def latest_manager(meta: Mapping[str, Any]) -> str:

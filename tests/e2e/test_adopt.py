@@ -1,0 +1,61 @@
+"""Adopting real clusters and repositories end to end: a real kube-apiserver, the operator
+process, a real Git remote."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+
+from kubescribe.devenv.controlplane import ControlPlane
+from kubescribe.devenv.gitremote import BareRemote
+from tests.e2e.test_mirror import CM_RULE, cm_path, setup_mirror, wait_ready
+from tests.support import Operator, manifest, wait_for
+
+pytestmark = pytest.mark.controlplane
+
+DEPLOY_RULE = {"apiGroups": ["apps"], "resources": ["deployments"]}
+
+
+def deployment(name: str, ns: str, *finalizers: str) -> dict[str, object]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns, "finalizers": list(finalizers)},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": name, "image": "nginx:1.27"}]},
+            },
+        },
+    }
+
+
+def test_a_delete_held_by_finalizers_is_one_delete_commit(
+    crds: ControlPlane, namespace: str, remote: BareRemote, operator: Callable[..., Operator]
+) -> None:
+    cp, ns = crds, namespace
+    operator()
+    setup_mirror(cp, ns, remote, CM_RULE, DEPLOY_RULE)
+    cp.apply(manifest(deployment("web", ns, "example.com/one", "example.com/two")))
+    path = f"mirror/{ns}/apps/deployments/web.yaml"
+    wait_for(lambda: path in remote.files(), what="deployment file")
+    wait_ready(cp, ns)
+    before = len(remote.log())
+
+    cp.kubectl("delete", "deployment", "web", "-n", ns, "--wait=false")
+    wait_for(lambda: path not in remote.files(), what="deployment removed at deletion intent")
+    for remaining in (["example.com/two"], []):
+        patch = json.dumps({"metadata": {"finalizers": remaining}})
+        cp.kubectl("patch", "deployment", "web", "-n", ns, "--type=merge", "-p", patch)
+    wait_for(
+        lambda: cp.kubectl("get", "deployment", "-n", ns, "-o", "name").stdout.strip() == "",
+        what="deployment gone",
+    )
+    cp.kubectl("create", "configmap", "marker", "-n", ns, "--from-literal=m=1")
+    wait_for(lambda: cm_path(ns, "marker") in remote.files(), what="marker file")
+    messages = [c["message"] for c in remote.log()[: len(remote.log()) - before]]
+    assert messages == [f"CREATE ConfigMap {ns}/marker", f"DELETE Deployment {ns}/web"]
