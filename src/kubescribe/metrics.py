@@ -15,6 +15,12 @@ FILTERED = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+STRIPPED = Counter(
+    "kubescribe_stripped_metadata_total",
+    "Bookkeeping labels and annotations left out of mirrored documents, by noise rule reason.",
+    ["reason"],
+    registry=REGISTRY,
+)
 WATCH_RESTARTS = Counter(
     "kubescribe_watch_restarts_total",
     "Watch streams restarted, by reason (timeout, dead, error, gone).",

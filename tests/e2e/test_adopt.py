@@ -7,9 +7,11 @@ import json
 from collections.abc import Callable
 
 import pytest
+import yaml
 
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote
+from tests.e2e.mirror_objects import configmap, target, watch_rule
 from tests.e2e.test_mirror import CM_RULE, cm_path, setup_mirror, wait_ready
 from tests.support import Operator, manifest, wait_for
 
@@ -59,3 +61,43 @@ def test_a_delete_held_by_finalizers_is_one_delete_commit(
     wait_for(lambda: cm_path(ns, "marker") in remote.files(), what="marker file")
     messages = [c["message"] for c in remote.log()[: len(remote.log()) - before]]
     assert messages == [f"CREATE ConfigMap {ns}/marker", f"DELETE Deployment {ns}/web"]
+
+
+def test_flux_and_argo_bookkeeping_is_not_mirrored_unless_a_target_keeps_it(
+    crds: ControlPlane, namespace: str, remote: BareRemote, operator: Callable[..., Operator]
+) -> None:
+    cp, ns = crds, namespace
+    flux = configmap("flux", ns, {"a": "1"}, app="web")
+    flux["metadata"]["labels"] |= {
+        "kustomize.toolkit.fluxcd.io/name": "apps",
+        "kustomize.toolkit.fluxcd.io/namespace": "flux-system",
+    }
+    argo = configmap("argo", ns, {"b": "2"})
+    argo["metadata"]["annotations"] = {
+        "argocd.argoproj.io/tracking-id": f"web:/ConfigMap:{ns}/argo",
+        "team": "a",
+    }
+    cp.apply(manifest(flux, argo))
+    operator()
+    setup_mirror(cp, ns, remote)
+    keep = {"keep": [{"key": "argocd.argoproj.io/tracking-id", "on": "annotations"}]}
+    cp.apply(
+        manifest(
+            target("kept", ns, "git", "kept", noise=keep),
+            watch_rule("kept", ns, "kept", CM_RULE),
+        )
+    )
+    kept = f"kept/{ns}/core/configmaps/argo.yaml"
+    wait_for(
+        lambda: {cm_path(ns, "flux"), cm_path(ns, "argo"), kept} <= set(remote.files()),
+        what="both targets backfilled",
+    )
+    flux_doc = yaml.safe_load(remote.read(cm_path(ns, "flux")))
+    assert flux_doc["metadata"]["labels"] == {"app": "web"}
+    argo_doc = yaml.safe_load(remote.read(cm_path(ns, "argo")))
+    assert argo_doc["metadata"]["annotations"] == {"team": "a"}
+    assert (
+        yaml.safe_load(remote.read(kept))["metadata"]["annotations"]
+        == argo["metadata"]["annotations"]
+    )
+    wait_ready(cp, ns, "kept")

@@ -298,3 +298,38 @@ def test_a_stored_path_git_refuses_is_invalid_path() -> None:
     assert t.problem is not None
     assert t.problem.reason == "InvalidPath"
     assert not t.writable
+
+
+def test_a_target_noise_policy_extends_the_operator_policy() -> None:
+    noise = {"allow": [{"resource": "leases"}], "keep": [{"key": "applyset.kubernetes.io/*"}]}
+    plan = compile_plan(
+        [provider()],
+        [target("t", "a", noise=noise), target("u", "b")],
+        [rule("r", "t"), rule("s", "u")],
+        [],
+        TYPES,
+        DEFAULT_NOISE_POLICY,
+    )
+    own = plan.targets[TargetKey("ns", "t")].noise
+    assert own is not None
+    assert (
+        own.classify({"metadata": {"name": "x"}}, group="coordination.k8s.io", resource="leases")
+        is None
+    )
+    assert plan.targets[TargetKey("ns", "u")].noise is None
+    assert "coordination.k8s.io/v1/leases" in plan.rules[("WatchRule", ("ns", "r"))].resolved
+    assert "coordination.k8s.io/v1/leases" not in plan.rules[("WatchRule", ("ns", "s"))].resolved
+
+
+def test_an_unusable_target_noise_policy_is_invalid_noise() -> None:
+    plan = compile_plan(
+        [provider()],
+        [target("t", "a", noise={"allow": [{"controllerOwned": False}]})],
+        [],
+        [],
+        TYPES,
+        DEFAULT_NOISE_POLICY,
+    )
+    problem = plan.targets[TargetKey("ns", "t")].problem
+    assert problem is not None
+    assert problem.reason == "InvalidNoise"

@@ -194,3 +194,83 @@ def test_from_config_allow_exempts_from_defaults_only() -> None:
 def test_from_config_errors(config: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         NoisePolicy.from_config(config)
+
+
+def labelled(labels: dict[str, str], annotations: dict[str, str]) -> dict[str, Any]:
+    return {"metadata": {"name": "x", "labels": dict(labels), "annotations": dict(annotations)}}
+
+
+def test_default_policy_strips_gitops_and_apply_bookkeeping_and_counts_reasons() -> None:
+    labels = {
+        "app": "web",
+        "kustomize.toolkit.fluxcd.io/name": "apps",
+        "kustomize.toolkit.fluxcd.io/namespace": "flux-system",
+        "helm.toolkit.fluxcd.io/name": "web",
+        "applyset.kubernetes.io/part-of": "applyset-x",
+        "kapp.k14s.io/app": "123",
+        "kapp.k14s.io/association": "v1.abc",
+    }
+    annotations = {
+        "kustomize.toolkit.fluxcd.io/prune": "disabled",  # a user setting: content
+        "kustomize.toolkit.fluxcd.io/checksum": "abc",
+        "kapp.k14s.io/identity": "v1;ns/apps/Deployment/web;apps/v1",
+        "kapp.k14s.io/change-group": "web",  # a user setting: content
+        "team": "a",
+    }
+    source = labelled(labels, annotations)
+    doc = labelled(labels, annotations)
+    reasons = DEFAULT_NOISE_POLICY.strip(doc, source)
+    assert doc["metadata"]["labels"] == {"app": "web"}
+    assert doc["metadata"]["annotations"] == {
+        "kustomize.toolkit.fluxcd.io/prune": "disabled",
+        "kapp.k14s.io/change-group": "web",
+        "team": "a",
+    }
+    assert sorted(reasons) == sorted(
+        ["flux-bookkeeping"] * 4 + ["applyset"] + ["kapp-bookkeeping"] * 3
+    )
+
+
+def test_argo_instance_label_is_stripped_only_when_argo_manages_the_object() -> None:
+    argo = labelled(
+        {"app.kubernetes.io/instance": "web"},
+        {"argocd.argoproj.io/tracking-id": "web:apps/Deployment:ns/web"},
+    )
+    doc = labelled({"app.kubernetes.io/instance": "web"}, dict(argo["metadata"]["annotations"]))
+    assert sorted(DEFAULT_NOISE_POLICY.strip(doc, argo)) == ["argocd-tracking"] * 2
+    assert "labels" not in doc["metadata"]
+    assert "annotations" not in doc["metadata"]
+    helm = labelled({"app.kubernetes.io/instance": "web"}, {})
+    doc = labelled({"app.kubernetes.io/instance": "web"}, {})
+    assert DEFAULT_NOISE_POLICY.strip(doc, helm) == []
+    assert doc["metadata"]["labels"] == {"app.kubernetes.io/instance": "web"}
+
+
+def test_apf_objects_the_api_server_maintains_are_noise() -> None:
+    maintained = obj("global-default", None)
+    maintained["metadata"]["annotations"] = {"apf.kubernetes.io/autoupdate-spec": "true"}
+    mine = obj("tenant-a", None)
+    group = "flowcontrol.apiserver.k8s.io"
+    reason = DEFAULT_NOISE_POLICY.classify(maintained, group=group, resource="flowschemas")
+    assert reason == "api-priority-and-fairness"
+    assert DEFAULT_NOISE_POLICY.classify(mine, group=group, resource="flowschemas") is None
+
+
+def test_override_keeps_and_adds_strip_rules_over_a_base_policy() -> None:
+    policy = NoisePolicy.from_config(
+        {
+            "keep": [{"key": "kustomize.toolkit.fluxcd.io/name", "on": "labels"}],
+            "strip": [{"reason": "team-bookkeeping", "key": "example.com/*"}],
+        },
+        base=DEFAULT_NOISE_POLICY,
+    )
+    source = labelled(
+        {"kustomize.toolkit.fluxcd.io/name": "apps", "kustomize.toolkit.fluxcd.io/namespace": "f"},
+        {"example.com/build": "7"},
+    )
+    doc = labelled(dict(source["metadata"]["labels"]), dict(source["metadata"]["annotations"]))
+    assert sorted(policy.strip(doc, source)) == ["flux-bookkeeping", "team-bookkeeping"]
+    assert doc["metadata"] == {"name": "x", "labels": {"kustomize.toolkit.fluxcd.io/name": "apps"}}
+    assert NoisePolicy.from_config({"disableDefaults": True}).strip(doc, source) == []
+    with pytest.raises(ValueError, match="on must be"):
+        NoisePolicy.from_config({"strip": [{"reason": "x", "key": "a", "on": "spec"}]})

@@ -535,6 +535,85 @@ class EncryptionSpec(ApiModel):
     )
 
 
+_REASON_PATTERN = r"^[a-z0-9]+(-[a-z0-9]+)*$"
+
+
+class NoiseMatcher(ApiModel):
+    """Which objects a noise rule matches: every field set must match (fnmatch globs)."""
+
+    group: str | None = Field(None, max_length=253, description='API group; `""` is core.')
+    resource: str | None = Field(None, max_length=253, description="Plural resource name.")
+    namespace: str | None = Field(None, max_length=253, description="Object namespace.")
+    name: str | None = Field(None, max_length=253, description="Object name.")
+    secret_type: str | None = Field(
+        None, max_length=253, description="Secret `type` (core Secrets only)."
+    )
+    controller_owned: bool | None = Field(
+        None, description="Only objects with a controller owner reference."
+    )
+    annotation: str | None = Field(
+        None, max_length=512, description="An annotation `key` or `key=value` (globs)."
+    )
+
+
+class NoiseRuleSpec(NoiseMatcher):
+    """Objects left out of Git, counted by `reason`."""
+
+    reason: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=_REASON_PATTERN,
+        description="Kebab-case reason (metric label).",
+    )
+
+
+class NoiseKeep(ApiModel):
+    """Labels/annotations exempt from the strip rules below this entry."""
+
+    key: str = Field(min_length=1, max_length=317, description="Glob on the key.")
+    on: Literal["labels", "annotations", "both"] = Field("both", description="Where.")
+    when: str | None = Field(
+        None,
+        max_length=317,
+        description="Only on objects holding a label or annotation key matching this glob.",
+    )
+
+
+class NoiseStrip(NoiseKeep):
+    """Labels/annotations removed from mirrored documents, counted by `reason`."""
+
+    reason: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=_REASON_PATTERN,
+        description="Kebab-case reason (metric label).",
+    )
+
+
+class NoiseSpec(ApiModel):
+    """This target's noise policy, on top of the operator's (first match wins)."""
+
+    disable_defaults: bool = Field(
+        False, description="Drop the operator's policy (its defaults included) for this target."
+    )
+    rules: list[NoiseRuleSpec] = Field(
+        default_factory=list, max_length=64, description="More objects to leave out."
+    )
+    allow: list[NoiseMatcher] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Objects to mirror although the operator's policy leaves them out.",
+    )
+    strip: list[NoiseStrip] = Field(
+        default_factory=list, max_length=64, description="More labels/annotations to remove."
+    )
+    keep: list[NoiseKeep] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Labels/annotations to keep although the operator's policy removes them.",
+    )
+
+
 class KustomizeSpec(ApiModel):
     """Writing through a kustomization in the target folder."""
 
@@ -614,6 +693,13 @@ class GitTargetSpec(ApiModel):
     )
     kustomize: KustomizeSpec = _defaulted(
         KustomizeSpec, "Writing through a kustomization.yaml in the folder (Flux, Argo CD)."
+    )
+    noise: NoiseSpec | None = Field(
+        None,
+        description=(
+            "Extend or override the noise policy (objects left out, bookkeeping labels and"
+            " annotations removed) for this target."
+        ),
     )
 
 

@@ -92,6 +92,7 @@ class TargetPlan:
     layout: Layout = field(default_factory=Layout)
     problem: Problem | None = None
     path_problem: Problem | None = None
+    noise: NoisePolicy | None = None  # None: the operator's policy
 
     @property
     def writable(self) -> bool:
@@ -263,6 +264,18 @@ def _plan_target(obj: Mapping[str, Any], providers: Mapping[ObjKey, ProviderPlan
     return TargetPlan(key, gen, spec, provider, folder, layout)
 
 
+def _with_noise(target: TargetPlan, base: NoisePolicy) -> TargetPlan:
+    """The target's own noise policy (spec.noise on top of `base`), or InvalidNoise."""
+    if target.spec is None or target.spec.noise is None or target.problem is not None:
+        return target
+    config = target.spec.noise.model_dump(by_alias=True, exclude_none=True)
+    try:
+        policy = NoisePolicy.from_config(config, base=base)
+    except ValueError as exc:
+        return dataclasses.replace(target, problem=Problem("InvalidNoise", str(exc)))
+    return dataclasses.replace(target, noise=policy)
+
+
 def _reject_overlaps(targets: list[TargetPlan], order: Mapping[TargetKey, tuple[str, ...]]) -> None:
     """Two targets on one branch may not share a folder: the older one keeps it."""
     accepted: dict[WorkerKey, list[TargetPlan]] = {}
@@ -371,6 +384,7 @@ def compile_plan(
         for tp, obj in zip(target_plans, target_objs, strict=True)
     }
     _reject_overlaps(target_plans, order)
+    target_plans = [_with_noise(tp, noise) for tp in target_plans]
     plan.targets = {tp.key: tp for tp in target_plans}
 
     merged: dict[str, list[tuple[StreamSpec, list[str]]]] = {}
@@ -425,7 +439,7 @@ def compile_plan(
                     refused.append(refusal)
                     continue
                 sources.add(namespace)
-            items, missing = _resolve(rule, types, namespaced, noise)
+            items, missing = _resolve(rule, types, namespaced, target.noise or noise)
             unresolved += missing
             selector = (
                 rule.label_selector.model_dump(by_alias=True) if rule.label_selector else None

@@ -128,6 +128,7 @@ class _Running:
     spec: StreamSpec
     informer: Informer
     task: asyncio.Task[None]
+    noise: NoisePolicy | None = None  # the target's policy it was started with
 
 
 @dataclass
@@ -421,16 +422,25 @@ class Manager:
         }
         for key, running in list(self._streams.items()):
             spec = running.spec
-            if wanted.get(key) != spec or running.informer.client is not self._client_of(spec):
+            target_noise = self.plan.targets[spec.target].noise if key in wanted else None
+            if (
+                wanted.get(key) != spec
+                or running.informer.client is not self._client_of(spec)
+                or running.noise != target_noise  # a new policy: relist, re-render
+            ):
                 running.task.cancel()
                 del self._streams[key]
                 self._cursors.drop(key)
         for key, spec in wanted.items():
             if key in self._streams:
                 continue
-            worker = self._workers[self.plan.targets[spec.target].worker_key]
+            target = self.plan.targets[spec.target]
+            worker = self._workers[target.worker_key]
             sink = TargetStream(
-                spec, self.settings.noise, worker.submit, ack_now=self._cursors.acked_at_once
+                spec,
+                target.noise or self.settings.noise,
+                worker.submit,
+                ack_now=self._cursors.acked_at_once,
             )
             try:
                 resume = await self.settings.cursors.load(key, sink.fingerprint)
@@ -449,7 +459,9 @@ class Manager:
                 resume_from=resume.resource_version if resume else None,
                 known=resume.known if resume else (),
             )
-            self._streams[key] = _Running(spec, informer, asyncio.create_task(informer.run()))
+            self._streams[key] = _Running(
+                spec, informer, asyncio.create_task(informer.run()), target.noise
+            )
         metrics.STREAMS.set(len(self._streams))
 
     def _client_of(self, spec: StreamSpec) -> KubeClient | None:

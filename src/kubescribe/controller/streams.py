@@ -78,10 +78,13 @@ class TargetStream:
 
     @property
     def fingerprint(self) -> str:
-        """What a resume cursor of this stream depends on besides its key."""
+        """What a resume cursor of this stream depends on besides its key (a new noise policy
+        renders documents differently: the stream lists afresh)."""
         spec = self.spec
         text = json.dumps(
-            [list(spec.selectors), sorted(spec.operations)], sort_keys=True, default=str
+            [list(spec.selectors), sorted(spec.operations), repr(self.noise)],
+            sort_keys=True,
+            default=str,
         )
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -104,6 +107,8 @@ class TargetStream:
 
     def _document(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         doc = sanitize(obj)
+        for reason in self.noise.strip(doc, obj):
+            metrics.STRIPPED.labels(reason).inc()
         doc.setdefault("apiVersion", self.spec.rtype.api_version)
         doc.setdefault("kind", self.spec.rtype.kind)
         return doc

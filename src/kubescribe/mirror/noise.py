@@ -32,6 +32,20 @@ def _controller_owned(obj: Mapping[str, Any]) -> bool:
     )
 
 
+def _metadata_map(obj: Mapping[str, Any], which: str) -> Mapping[str, Any]:
+    metadata = obj.get("metadata")
+    found = metadata.get(which) if isinstance(metadata, Mapping) else None
+    return found if isinstance(found, Mapping) else {}
+
+
+def _has_annotation(obj: Mapping[str, Any], matcher: str) -> bool:
+    key, eq, value = matcher.partition("=")
+    return any(
+        fnmatchcase(str(k), key) and (not eq or fnmatchcase(str(v), value))
+        for k, v in _metadata_map(obj, "annotations").items()
+    )
+
+
 @dataclass(frozen=True)
 class NoiseRule:
     """Matches an object when every field that is set matches.
@@ -48,15 +62,19 @@ class NoiseRule:
     name: str | None = None
     secret_type: str | None = None
     controller_owned: bool = False
+    annotation: str | None = None  # `key` (present) or `key=value`; key and value are globs
 
     def matches_type(self, group: str, resource: str) -> bool:
         return _matches(self.group, group) and _matches(self.resource, resource)
 
     def matches_whole_type(self) -> bool:
         """Whether the rule looks at nothing but the type, so it takes every object of it."""
-        return (self.namespace, self.name, self.secret_type) == (None, None, None) and (
-            not self.controller_owned
-        )
+        return (self.namespace, self.name, self.secret_type, self.annotation) == (
+            None,
+            None,
+            None,
+            None,
+        ) and (not self.controller_owned)
 
     def matches(self, obj: Mapping[str, Any], *, group: str, resource: str) -> bool:
         if not self.matches_type(group, resource):
@@ -70,6 +88,8 @@ class NoiseRule:
                 return False
             if not _matches(self.secret_type, _str_field(obj, "type") or "Opaque"):
                 return False
+        if self.annotation is not None and not _has_annotation(obj, self.annotation):
+            return False
         return not self.controller_owned or _controller_owned(obj)
 
 
@@ -105,13 +125,92 @@ DEFAULT_RULES: tuple[NoiseRule, ...] = (
     NoiseRule("endpoints", group="", resource="endpoints"),
     NoiseRule("endpoint-slice", group="discovery.k8s.io", resource="endpointslices"),
     NoiseRule("controller-revision", group="apps", resource="controllerrevisions"),
+    # FlowSchemas and PriorityLevelConfigurations the API server keeps (mandatory and
+    # suggested ones); objects a user made stay content.
+    NoiseRule(
+        "api-priority-and-fairness",
+        group="flowcontrol.apiserver.k8s.io",
+        annotation="apf.kubernetes.io/autoupdate-spec=true",
+    ),
     NoiseRule("controller-owned", controller_owned=True),
+)
+
+
+@dataclass(frozen=True)
+class StripRule:
+    """Removes bookkeeping labels or annotations from a mirrored document.
+
+    `key` is an fnmatch glob on the label/annotation key; `on` is `labels`, `annotations` or
+    `both`; with `when` (a glob), only objects holding a label or annotation key matching it
+    are touched. A rule whose `reason` is None is an exemption: a match keeps the key.
+    """
+
+    reason: str | None
+    key: str
+    on: str = "both"
+    when: str | None = None
+
+    def applies(self, where: str, key: str, obj: Mapping[str, Any]) -> bool:
+        if self.on not in (where, "both") or not fnmatchcase(key, self.key):
+            return False
+        if self.when is None:
+            return True
+        return any(
+            fnmatchcase(str(k), self.when)
+            for which in ("labels", "annotations")
+            for k in _metadata_map(obj, which)
+        )
+
+
+_FLUX = ("kustomize.toolkit.fluxcd.io", "helm.toolkit.fluxcd.io")
+DEFAULT_STRIP: tuple[StripRule, ...] = (
+    # Flux settings a user writes on an object (https://fluxcd.io/flux/components/kustomize/
+    # kustomizations/#controlling-the-apply-behavior-of-resources) are content, not bookkeeping.
+    *(
+        StripRule(None, f"{prefix}/{setting}", on="annotations")
+        for prefix in _FLUX
+        for setting in ("reconcile", "prune", "ssa", "force")
+    ),
+    *(StripRule("flux-bookkeeping", f"{prefix}/*") for prefix in _FLUX),
+    StripRule("argocd-tracking", "argocd.argoproj.io/tracking-id", on="annotations"),
+    StripRule(
+        "argocd-tracking", "app.kubernetes.io/instance", on="labels", when="argocd.argoproj.io/*"
+    ),
+    StripRule("applyset", "applyset.kubernetes.io/*"),
+    StripRule("kapp-bookkeeping", "kapp.k14s.io/app", on="labels"),
+    StripRule("kapp-bookkeeping", "kapp.k14s.io/association", on="labels"),
+    StripRule("kapp-bookkeeping", "kapp.k14s.io/identity", on="annotations"),
+    StripRule("kapp-bookkeeping", "kapp.k14s.io/original", on="annotations"),
+    StripRule("kapp-bookkeeping", "kapp.k14s.io/original-diff-md5", on="annotations"),
 )
 
 
 @dataclass(frozen=True)
 class NoisePolicy:
     rules: tuple[NoiseRule, ...]
+    strip_rules: tuple[StripRule, ...] = DEFAULT_STRIP
+
+    def strip(self, document: dict[str, Any], obj: Mapping[str, Any]) -> list[str]:
+        """Remove the bookkeeping labels and annotations of `document` (a sanitized copy of
+        `obj`, edited in place); the reason of each key removed."""
+        metadata = document.get("metadata")
+        if not isinstance(metadata, dict) or not self.strip_rules:
+            return []
+        reasons: list[str] = []
+        for where in ("labels", "annotations"):
+            values = metadata.get(where)
+            if not isinstance(values, dict):
+                continue
+            for key in list(values):
+                for rule in self.strip_rules:
+                    if rule.applies(where, str(key), obj):
+                        if rule.reason is not None:
+                            del values[key]
+                            reasons.append(rule.reason)
+                        break
+            if not values:
+                del metadata[where]
+        return reasons
 
     def classify(self, obj: Mapping[str, Any], *, group: str, resource: str) -> str | None:
         """The reason `obj` is noise, or None to mirror it."""
@@ -132,15 +231,21 @@ class NoisePolicy:
         return False
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> "NoisePolicy":
-        """Build a policy from user settings.
+    def from_config(
+        cls, config: Mapping[str, Any], base: "NoisePolicy | None" = None
+    ) -> "NoisePolicy":
+        """Build a policy from user settings, on top of `base` (the defaults when None).
 
-        ``{"disableDefaults": bool, "rules": [rule...], "allow": [matcher...]}``; a rule has a
-        kebab-case ``reason`` and matcher fields ``group``, ``resource``, ``namespace``,
-        ``name``, ``secretType``, ``controllerOwned``. User rules come first, then the allow
-        entries, which exempt matching objects from the defaults, then the defaults.
+        ``{"disableDefaults": bool, "rules": [rule...], "allow": [matcher...],
+        "strip": [strip...], "keep": [key matcher...]}``; a rule has a kebab-case ``reason``
+        and matcher fields ``group``, ``resource``, ``namespace``, ``name``, ``secretType``,
+        ``controllerOwned``, ``annotation``. User rules come first, then the allow entries,
+        which exempt matching objects from the base, then the base rules. ``strip`` entries
+        (``reason``, ``key``, ``on``, ``when``) remove labels/annotations; ``keep`` entries
+        (``key``, ``on``, ``when``) exempt keys from the base's strip rules.
+        ``disableDefaults`` drops the base entirely.
         """
-        _check_keys("noise config", config, {"disableDefaults", "rules", "allow"})
+        _check_keys("noise config", config, {"disableDefaults", "rules", "allow", "strip", "keep"})
         disable = config.get("disableDefaults", False)
         if not isinstance(disable, bool):
             raise ValueError("noise config: disableDefaults must be a boolean")
@@ -152,7 +257,23 @@ class NoisePolicy:
             _parse_rule(f"noise allow entry {i}", entry, allow=True)
             for i, entry in enumerate(_entries(config, "allow"))
         )
-        return cls(rules + allow + (() if disable else DEFAULT_RULES))
+        strip = tuple(
+            _parse_strip(f"noise strip entry {i}", entry, keep=False)
+            for i, entry in enumerate(_entries(config, "strip"))
+        )
+        keep = tuple(
+            _parse_strip(f"noise keep entry {i}", entry, keep=True)
+            for i, entry in enumerate(_entries(config, "keep"))
+        )
+        below = base if base is not None else cls(DEFAULT_RULES)
+        if disable:
+            return cls(rules + allow, strip + keep)
+        return cls(rules + allow + below.rules, strip + keep + below.strip_rules)
+
+    def reasons(self) -> list[str]:
+        """Every reason this policy can count, for documentation and metrics."""
+        found = [r.reason for r in self.rules] + [r.reason for r in self.strip_rules]
+        return sorted({r for r in found if r is not None})
 
 
 DEFAULT_NOISE_POLICY = NoisePolicy(DEFAULT_RULES)
@@ -165,7 +286,9 @@ _CONFIG_FIELDS = {
     "name": "name",
     "secretType": "secret_type",
     "controllerOwned": "controller_owned",
+    "annotation": "annotation",
 }
+_STRIP_PLACES = ("labels", "annotations", "both")
 
 
 def _check_keys(where: str, obj: Mapping[str, Any], allowed: set[str]) -> None:
@@ -205,3 +328,22 @@ def _parse_rule(where: str, entry: Any, *, allow: bool) -> NoiseRule:
     if rule.matches_whole_type() and rule.group is None and rule.resource is None:
         raise ValueError(f"{where}: needs at least one matcher, or it matches every object")
     return rule
+
+
+def _parse_strip(where: str, entry: Any, *, keep: bool) -> StripRule:
+    if not isinstance(entry, Mapping):
+        raise ValueError(f"{where}: must be a mapping")
+    _check_keys(where, entry, {"key", "on", "when"} | (set() if keep else {"reason"}))
+    reason = None
+    if not keep:
+        reason = entry.get("reason")
+        if not isinstance(reason, str) or not _REASON.fullmatch(reason):
+            raise ValueError(f"{where}: reason must be a kebab-case string, got {reason!r}")
+    key, on, when = entry.get("key"), entry.get("on", "both"), entry.get("when")
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"{where}: needs a key (a glob on label/annotation keys)")
+    if on not in _STRIP_PLACES:
+        raise ValueError(f"{where}: on must be one of {list(_STRIP_PLACES)}, got {on!r}")
+    if when is not None and not isinstance(when, str):
+        raise ValueError(f"{where}: when must be a string, got {when!r}")
+    return StripRule(reason, key, on, when)
