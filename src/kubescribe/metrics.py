@@ -21,6 +21,13 @@ STRIPPED = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+DUPLICATES = Gauge(
+    "kubescribe_duplicate_documents",
+    "Documents in a target folder that repeat an identity held earlier in tree order"
+    " (left alone; the first one is the document).",
+    ["target"],
+    registry=REGISTRY,
+)
 WATCH_RESTARTS = Counter(
     "kubescribe_watch_restarts_total",
     "Watch streams restarted, by reason (timeout, dead, error, gone).",

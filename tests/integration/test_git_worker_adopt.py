@@ -15,11 +15,14 @@ from kubescribe.mirror.identity import Identity, ResourceType
 from tests.integration.test_git_worker import (
     Harness,
     cursor,
+    delete,
     document,
+    ident,
     make,
     parents,
     path_of,
     read_doc,
+    snapshot,
     target,
     upsert,
 )
@@ -91,3 +94,113 @@ async def test_a_new_branch_starts_from_base_branch(
     assert parents(remote, log[0]["sha"]) == [release_tip]
     assert sorted(remote.files("mirror")) == sorted(["README.md", path_of("a")])
     assert yaml.safe_load(remote.read(path_of("a"), "mirror")) == document("a")
+
+
+MULTI = """\
+# Settings kept by hand: two maps in one file.
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: a   # the first one
+  namespace: ns1
+data:
+  # size in MiB
+  size: "10"
+  mode: fast
+---
+# the second one
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: b, namespace: ns1}
+data:
+    k: v
+"""
+YML = """\
+kind: ConfigMap
+apiVersion: v1
+metadata:
+  namespace: ns1
+  name: c
+data: {x: "1"}
+"""
+FORMATTED = """\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  namespace: ns1
+  name: d
+data:
+  z: "last"
+  a: "first"   # keep me
+"""
+
+
+def seed(remote: BareRemote) -> dict[str, str]:
+    files = {
+        "clusters/dev/team/settings.yaml": MULTI,
+        "clusters/dev/team/c.yml": YML,
+        "clusters/dev/team/d.yaml": FORMATTED,
+    }
+    for path, text in files.items():
+        remote.commit_foreign(path, text, f"add {path}")
+    return files
+
+
+def live() -> dict[Identity, dict[str, object]]:
+    return {
+        ident("a"): document("a", size="10", mode="fast"),
+        ident("b"): document("b", k="v"),
+        ident("c"): document("c", x="1"),
+        ident("d"): document("d", z="last", a="first"),
+    }
+
+
+async def test_adopted_files_make_no_commit_and_edits_stay_minimal(
+    remote: BareRemote, make: Callable[..., Harness]
+) -> None:
+    files = seed(remote)
+    tip = remote.tip()
+    h = make()
+    await h.settle(snapshot(live()))
+    assert remote.tip() == tip  # content matches: formatting is not a change
+    assert h.last().documents == 4
+    assert sorted(remote.files()) == sorted(files)
+
+    await h.settle(upsert("a", op=Operation.UPDATE, size="20", mode="fast"))
+    assert remote.read("clusters/dev/team/settings.yaml") == MULTI.replace(
+        'size: "10"', 'size: "20"'
+    )
+    await h.settle(upsert("d", op=Operation.UPDATE, z="changed", a="first"))
+    assert remote.read("clusters/dev/team/d.yaml") == FORMATTED.replace('"last"', '"changed"')
+    await h.settle(upsert("c", op=Operation.UPDATE, x="2"))
+    assert yaml.safe_load(remote.read("clusters/dev/team/c.yml"))["data"] == {"x": "2"}
+    assert sorted(remote.files()) == sorted(files)  # nothing written a second time
+
+    await h.settle(delete("b"))
+    assert (
+        remote.read("clusters/dev/team/settings.yaml")
+        == MULTI.replace('size: "10"', 'size: "20"').split("---\n")[0]
+    )
+    await h.settle(delete("a"))
+    await h.settle(delete("c"))
+    assert remote.files() == ["clusters/dev/team/d.yaml"]
+    assert [c["message"] for c in remote.log()[:3]] == [
+        "DELETE ConfigMap ns1/c",
+        "DELETE ConfigMap ns1/a",
+        "DELETE ConfigMap ns1/b",
+    ]
+
+
+async def test_a_second_document_of_one_identity_is_reported_not_duplicated(
+    remote: BareRemote, make: Callable[..., Harness]
+) -> None:
+    remote.commit_foreign("clusters/dev/x/1.yaml", YML, "first copy")
+    remote.commit_foreign("clusters/dev/x/2.yaml", YML.replace('"1"', '"9"'), "second copy")
+    h = make()
+    await h.settle(upsert("c", op=Operation.UPDATE, x="2"))
+    assert sorted(remote.files()) == ["clusters/dev/x/1.yaml", "clusters/dev/x/2.yaml"]
+    assert yaml.safe_load(remote.read("clusters/dev/x/1.yaml"))["data"] == {"x": "2"}
+    assert yaml.safe_load(remote.read("clusters/dev/x/2.yaml"))["data"] == {"x": "9"}
+    (identity, reason, message), *_ = h.last().failing
+    assert (identity, reason) == (ident("c"), "DuplicateIdentity")
+    assert "clusters/dev/x/2.yaml" in message

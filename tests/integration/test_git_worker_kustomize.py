@@ -258,7 +258,7 @@ async def test_render_check_reports_what_kustomize_renders_differently(
     assert h.last().failing == []
 
 
-async def test_object_of_a_multi_document_file_is_reported_not_duplicated(
+async def test_object_of_a_multi_document_file_is_edited_in_its_document(
     remote: BareRemote, make: Callable[..., Harness], kustomize_bin: Path
 ) -> None:
     both = "\n---\n".join(
@@ -281,10 +281,12 @@ async def test_object_of_a_multi_document_file_is_reported_not_duplicated(
         cursor(),
     )
     await h.settle(item)
-    assert remote.tip() == tip
-    (identity, reason, message), *_ = h.last().failing
-    assert (identity.name, reason) == ("two", KUSTOMIZE_UNSUPPORTED)
-    assert f"multi-document file {FOLDER}/both.yaml" in message
+    assert remote.tip() != tip
+    assert h.last().failing == []
+    assert remote.files() == sorted([f"{FOLDER}/kustomization.yaml", f"{FOLDER}/both.yaml"])
+    first, second = remote.read(f"{FOLDER}/both.yaml").split("\n---\n")
+    assert first + "\n" == both.split("\n---\n")[0] + "\n"  # byte-identical
+    assert yaml.safe_load(second)["data"] == {"k": "1"}
     kustomize.build_remote(kustomize_bin, remote.path, FOLDER)
 
 

@@ -18,6 +18,7 @@ from kubescribe import metrics
 from kubescribe.git.index import Entry, TargetIndex, folder_tree
 from kubescribe.git.pack import write_blobs
 from kubescribe.git.targets import (
+    DUPLICATE_IDENTITY,
     INVALID_PATH,
     KUSTOMIZE_UNSUPPORTED,
     PACK_THRESHOLD,
@@ -39,7 +40,7 @@ from kubescribe.git.windowing import (
     RequestHandle,
 )
 from kubescribe.gitnames import has_reserved_segment
-from kubescribe.mirror import messages
+from kubescribe.mirror import docedit, messages
 from kubescribe.mirror.authors import Author
 from kubescribe.mirror.changes import Change, Operation, PruneMode, Snapshot, TargetKey
 from kubescribe.mirror.identity import CORE_GROUP, Identity, ResourceType, identity_of
@@ -102,6 +103,8 @@ class _Plan:
         self.kustomizations: set[str] = set()
         self.files: dict[str, pygit2.Oid] = {}
         self.paths: dict[Identity, str] = {}  # what a change touched when not its own file
+        # Multi-document files this commit edits: their new content (None: the file goes).
+        self.multi: dict[str, bytes | None] = {}
 
     def free(self, path: str, identity: Identity) -> bool:
         """Whether `identity` may write `path`: never over another document or someone
@@ -132,6 +135,7 @@ class _Plan:
                 edits[old.path] = None  # moved between plain and encrypted
         edits.update((e.path, e.oid) for e in self.writes.values())
         edits.update(self.files)
+        edits.update((p, None if d is None else pygit2.hash(d)) for p, d in self.multi.items())
         return edits
 
     def apply(self) -> None:
@@ -139,6 +143,9 @@ class _Plan:
             self.index.remove(identity)
         for identity, entry in self.writes.items():
             self.index.set(identity, entry)
+        for path, data in self.multi.items():
+            if data is None:
+                self.index.forget(path)
 
 
 class Build:
@@ -395,14 +402,25 @@ class Build:
         their identity, under `folder`); the path written (also when unchanged), None when
         refused."""
         entry = plan.index.get(identity)
+        multi: bytes | None = None  # the multi-document file the document lives in
         try:
             encrypted = config.renderer.encrypted(rtype)
             previous: bytes | None = None
+            if entry is not None and entry.multi:
+                current = self._multi_file(plan, entry.path)
+                if encrypted or current is None:  # encrypted documents get a file of their own
+                    if current is not None:
+                        self._keep_multi(plan, entry.path, docedit.remove(current, identity))
+                    entry = None
+                else:
+                    multi, previous = current, docedit.body_of(current, identity)
             if entry is None:
                 path = posixpath.join(
                     folder,
                     config.layout.path_for(placed_as or identity, rtype, encrypted=encrypted),
                 )
+            elif multi is not None:
+                path = entry.path
             elif entry.path.endswith(ENCRYPTED_SUFFIX) == encrypted:
                 path = entry.path
                 blob = self.repo[entry.oid]
@@ -412,9 +430,18 @@ class Build:
                 path = _swap_suffix(entry.path, encrypted)
             if (entry is None or entry.path != path) and has_reserved_segment(path):
                 raise RefusedContent(INVALID_PATH, f"{path}: Git refuses a segment of this path")
-            if not plan.free(path, identity):
+            if multi is None and not plan.free(path, identity):
                 raise RefusedContent(PATH_CONFLICT, f"{path} already holds another file")
             data = config.renderer.render(identity, rtype, document, previous)
+            if previous is not None and not encrypted:
+                # A file a person keeps: unchanged content keeps its bytes, a change keeps
+                # comments and formatting where values did not change.
+                data = docedit.adopt(previous, document, data)
+            if multi is not None:
+                if data == previous:
+                    self.failing[config.key].pop(identity, None)
+                    return path
+                data = docedit.replace(multi, identity, data)
         except RefusedContent as refused:
             self._refuse(config, identity, refused.reason, refused.message)
             return None
@@ -426,11 +453,24 @@ class Build:
             return None
         oid = pygit2.hash(data)
         self.failing[config.key].pop(identity, None)
+        if multi is not None:
+            self._keep_multi(plan, path, data)
+            plan.write(identity, Entry(path, oid, multi=True))
+            return path
         if entry is not None and entry.path == path and entry.oid == oid:
             return path
         self.blobs[oid] = data
         plan.write(identity, Entry(path, oid))
         return path
+
+    def _multi_file(self, plan: _Plan, path: str) -> bytes | None:
+        """A multi-document file as this commit has it so far."""
+        return plan.multi[path] if path in plan.multi else self._file(path)
+
+    def _keep_multi(self, plan: _Plan, path: str, data: bytes | None) -> None:
+        plan.multi[path] = data
+        if data is not None:
+            self.blobs[pygit2.hash(data)] = data
 
     def _upsert_kustomized(
         self,
@@ -547,7 +587,15 @@ class Build:
                     f"not removed: {patch} targets it (remove the patch first)",
                 )
                 return
-        plan.delete(identity, entry)
+        if entry.multi:
+            current = self._multi_file(plan, entry.path)
+            left = docedit.remove(current, identity) if current is not None else None
+            self._keep_multi(plan, entry.path, left)
+            plan.deletes[identity] = entry
+            if left is not None:
+                return  # the file stays, and stays listed
+        else:
+            plan.delete(identity, entry)
         if tree is None or chain is None:
             return
         removed = tree.remove_file(entry.path)
@@ -824,6 +872,12 @@ class Build:
                 (i, *why)
                 for i, why in sorted(self.failing[key].items(), key=lambda f: _sort_key(f[0]))
             ]
+            result.failing += [
+                (identity, DUPLICATE_IDENTITY, f"{path} holds it again; {first} is the document")
+                for path, identity, first in index.duplicated
+                if identity in index
+            ]
+            metrics.DUPLICATES.labels(str(key)).set(len(index.duplicated))
         return Outcome(
             pushed,
             self.results,

@@ -15,8 +15,13 @@ import pygit2
 import yaml
 from pygit2.enums import FileMode
 
+from kubescribe.mirror.docedit import is_multi, split
 from kubescribe.mirror.identity import Identity, identity_from_header, identity_of
 from kubescribe.mirror.yamlfmt import load_yaml
+
+YAML_SUFFIXES = (".yaml", ".yml")
+# What a blob holds: one identity (or None), or the identities of a multi-document file.
+Held = Identity | None | tuple[Identity | None, ...]
 
 _BLOB_MODES = frozenset({FileMode.BLOB, FileMode.BLOB_EXECUTABLE})
 
@@ -33,6 +38,14 @@ class Entry:
 
     path: str
     oid: pygit2.Oid
+    multi: bool = False  # one of several documents of the file at `path`
+
+
+def identify_all(data: bytes) -> Held:
+    """`identify`, or for a file of several documents the identity of each."""
+    if _DOCUMENT_MARKER.search(data) is not None and is_multi(data):
+        return tuple(part.identity for part in split(data))
+    return identify(data)
 
 
 def identify(data: bytes) -> Identity | None:
@@ -51,7 +64,8 @@ def identify(data: bytes) -> Identity | None:
 
 
 class TargetIndex:
-    """identity -> Entry for the `*.yaml` files under one folder ('' = repository root).
+    """identity -> Entry for the `*.yaml` and `*.yml` files under one folder ('' = repository
+    root); each document of a multi-document file is an entry of its own (`Entry.multi`).
 
     `tree_id` is the id of the folder's tree the index describes (None: the folder does not
     exist). Files that hold no identity are remembered by path so nothing overwrites them.
@@ -66,8 +80,10 @@ class TargetIndex:
         self._by_path: dict[str, Identity | None] = {}
         self._unidentified: set[pygit2.Oid] = set()
         # What each blob of the folder holds, as read (before any translation).
-        self._blob_ids: dict[pygit2.Oid, Identity | None] = {}
+        self._blob_ids: dict[pygit2.Oid, Held] = {}
         self.duplicates: list[str] = []
+        # (path of the ignored copy, identity, path of the document that counts)
+        self.duplicated: list[tuple[str, Identity, str]] = []
         # Which translation keyed this index (see `build`); None: identities as in the files.
         self.translation: object = None
 
@@ -92,11 +108,13 @@ class TargetIndex:
         index.translation = translation
         if tree_id is None:
             return index
-        known: dict[pygit2.Oid, Identity | None] = {}
+        known: dict[pygit2.Oid, Held] = {}
         if previous is not None:
             known.update(previous._blob_ids)
             if previous.translation is None:
-                known.update((e.oid, ident) for ident, e in previous._entries.items())
+                known.update(
+                    (e.oid, ident) for ident, e in previous._entries.items() if not e.multi
+                )
             known.update(dict.fromkeys(previous._unidentified))
         prefix = f"{folder}/" if folder else ""
         index._walk(repo, repo[tree_id], prefix, known, translate)
@@ -107,7 +125,7 @@ class TargetIndex:
         repo: pygit2.Repository,
         tree: pygit2.Object,
         prefix: str,
-        known: dict[pygit2.Oid, Identity | None],
+        known: dict[pygit2.Oid, Held],
         translate: Callable[[str, Identity], Identity | None] | None = None,
     ) -> None:
         assert isinstance(tree, pygit2.Tree)
@@ -117,28 +135,47 @@ class TargetIndex:
             if entry.filemode == FileMode.TREE:
                 self._walk(repo, repo[entry.id], f"{prefix}{name}/", known, translate)
                 continue
-            if entry.filemode not in _BLOB_MODES or not name.endswith(".yaml"):
+            if entry.filemode not in _BLOB_MODES or not name.endswith(YAML_SUFFIXES):
                 continue
             oid = entry.id
             if oid in known:
-                identity = known[oid]
+                held = known[oid]
             else:
                 blob = repo[oid]
                 assert isinstance(blob, pygit2.Blob)
-                identity = identify(blob.data)
-            self._blob_ids[oid] = identity
+                held = identify_all(blob.data)
+            self._blob_ids[oid] = held
             path = prefix + name
+            if isinstance(held, tuple):
+                self._by_path[path] = None  # nothing else is written over it
+                for found in held:
+                    known_as = found
+                    if found is not None and translate is not None:
+                        known_as = translate(path, found)
+                    if known_as is not None:
+                        self._add(known_as, Entry(path, oid, multi=True))
+                continue
+            identity = held
             if identity is not None and translate is not None:
                 identity = translate(path, identity)
             if identity is None:
                 self._unidentified.add(oid)
                 self._by_path[path] = None
-            elif identity in self._entries:
-                self.duplicates.append(path)
-                self._by_path[path] = None
-            else:
-                self._entries[identity] = Entry(path, oid)
+            elif self._add(identity, Entry(path, oid)):
                 self._by_path[path] = identity
+            else:
+                self._by_path[path] = None
+
+    def _add(self, identity: Identity, entry: Entry) -> bool:
+        """Index a document found in the tree; False for a second copy of an identity (the
+        first in tree order counts, the others are left alone and listed)."""
+        first = self._entries.get(identity)
+        if first is not None:
+            self.duplicates.append(entry.path)
+            self.duplicated.append((entry.path, identity, first.path))
+            return False
+        self._entries[identity] = entry
+        return True
 
     def copy(self) -> TargetIndex:
         new = TargetIndex(self.folder, self.tree_id)
@@ -147,6 +184,7 @@ class TargetIndex:
         new._unidentified = set(self._unidentified)
         new._blob_ids = self._blob_ids
         new.duplicates = list(self.duplicates)
+        new.duplicated = list(self.duplicated)
         new.translation = self.translation
         return new
 
@@ -166,7 +204,11 @@ class TargetIndex:
         if old is not None and self._by_path.get(old.path) == identity:
             del self._by_path[old.path]
         self._entries[identity] = entry
-        self._by_path[entry.path] = identity
+        self._by_path[entry.path] = None if entry.multi else identity
+
+    def forget(self, path: str) -> None:
+        """The file at `path` is gone (the last document of a multi-document file)."""
+        self._by_path.pop(path, None)
 
     def remove(self, identity: Identity) -> Entry | None:
         old = self._entries.pop(identity, None)

@@ -27,6 +27,7 @@ PUSHED = "Pushed"
 REMOTE_UNREACHABLE = "RemoteUnreachable"
 PUSH_REJECTED = "PushRejected"
 WRITE_FAILED = "WriteFailed"
+DUPLICATE_IDENTITY = "DuplicateIdentity"  # a second document of one object: the first counts
 PATH_CONFLICT = "PathConflict"
 INVALID_PATH = "InvalidPath"
 RENDER_FAILED = "RenderFailed"
