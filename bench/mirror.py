@@ -275,6 +275,87 @@ def backfill(setup: Setup, n: int) -> dict[str, Any]:
     }
 
 
+def hand_formatted(name: str, value: str) -> str:
+    """A ConfigMap as a person writes it: a comment, another key order, double quotes, four
+    spaces of indentation."""
+    return (
+        f"# {name}: kept by hand\n"
+        f"kind: ConfigMap\napiVersion: v1\nmetadata:\n    namespace: {NS}\n    name: {name}\n"
+        f'    labels: {{bench: "yes"}}\ndata:\n    v: "{value}"   # the value\n'
+    )
+
+
+def seed_repository(setup: Setup, names: list[str]) -> str:
+    """One foreign commit with a hand-formatted file per object (a third of the objects in
+    two-document files, half of the rest as `.yml`); returns the commit."""
+    work = setup.workdir / "seed"
+    remote = setup.remote.remote
+    subprocess.run(["git", "clone", "-q", str(remote.path), str(work)], check=True)
+    folder = work / FOLDER / "team"
+    folder.mkdir(parents=True)
+    third = len(names) // 3
+    pairs, singles = names[: third - third % 2], names[third - third % 2 :]
+    for a, b in zip(pairs[::2], pairs[1::2], strict=True):
+        text = hand_formatted(a, "1") + "---\n" + hand_formatted(b, "1")
+        (folder / f"{a}-and-{b}.yaml").write_text(text)
+    for i, name in enumerate(singles):
+        (folder / f"{name}.{'yml' if i % 2 else 'yaml'}").write_text(hand_formatted(name, "1"))
+    git = ["git", "-c", "user.name=people", "-c", "user.email=people@example.invalid"]
+    subprocess.run([*git, "add", "-A"], cwd=work, check=True)
+    subprocess.run([*git, "commit", "-qm", "Hand-kept manifests"], cwd=work, check=True)
+    subprocess.run([*git, "push", "-q", "origin", "HEAD:main"], cwd=work, check=True)
+    tip = remote.tip()
+    assert tip is not None
+    return tip
+
+
+def adopt(setup: Setup, n: int) -> dict[str, Any]:
+    """First start on a repository that already holds every object, hand-formatted: how long
+    until the target is converged (Ready, every document indexed), and what it committed."""
+    names = [f"ad-{i:06d}" for i in range(n)]
+    asyncio.run(create_many(setup.cp.kubeconfig, names, "1"))
+    seeded = seed_repository(setup, names)
+    setup.mirror_objects()
+    started = setup.start_operator()
+
+    def converged() -> bool:
+        status = setup.cp.get_json("gittarget", "mirror", "-n", NS).get("status") or {}
+        ready = [c for c in status.get("conditions", []) if c["type"] == "Ready"]
+        return bool(ready) and ready[0]["status"] == "True" and status.get("documents") == n
+
+    deadline = time.monotonic() + 600
+    while not converged():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the target did not converge in time")
+        time.sleep(0.1)
+    seen = time.monotonic()
+    tip = setup.remote.remote.tip()
+    changed = subprocess.run(
+        ["git", "diff", "--name-only", seeded, "main"],
+        cwd=setup.remote.remote.path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return {
+        "workload": f"adopt_{n}",
+        "objects": n,
+        "files": len(setup.remote.remote.files()),
+        "converged_seconds": round(seen - started, 2),
+        "commits": int(
+            subprocess.run(
+                ["git", "rev-list", "--count", f"{seeded}..{tip}"],
+                cwd=setup.remote.remote.path,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        ),
+        "changed_files": len(changed),
+        "rss_mb": setup.rss_mb(),
+    }
+
+
 def crash(setup: Setup, n: int) -> dict[str, Any]:
     """kill -9 in the middle of a backfill; the next start must converge to all N objects."""
     names = [f"cr-{i:06d}" for i in range(n)]
@@ -409,7 +490,7 @@ def burst(setup: Setup, objects: int, patches: int, writers: int) -> dict[str, A
 @click.option("--backfill", "sizes", default="1000,10000", show_default=True)
 def main(workloads: tuple[str, ...], samples: int, sizes: str) -> None:
     """WORKLOADS: any of latency_isolated latency_stream latency_stream_kustomized backfill
-    burst crash warm_restart (default: all)."""
+    burst crash warm_restart adopt (default: all)."""
     chosen = workloads or (
         "latency_isolated",
         "latency_stream",
@@ -418,6 +499,7 @@ def main(workloads: tuple[str, ...], samples: int, sizes: str) -> None:
         "burst",
         "crash",
         "warm_restart",
+        "adopt",
     )
     runs: list[tuple[str, Callable[[Setup], dict[str, Any]]]] = []
     if "latency_isolated" in chosen:
@@ -440,6 +522,8 @@ def main(workloads: tuple[str, ...], samples: int, sizes: str) -> None:
         runs.append(("burst", lambda s: burst(s, 100, 2000, 16)))
     if "warm_restart" in chosen:
         runs.append(("warm_restart", lambda s: warm_restart(s, 10000)))
+    if "adopt" in chosen:
+        runs.append(("adopt", lambda s: adopt(s, 10000)))
     for _, run in runs:
         with tempfile.TemporaryDirectory(prefix="kubescribe-bench-") as tmp:
             setup = Setup(Path(tmp))
