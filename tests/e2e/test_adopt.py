@@ -11,9 +11,15 @@ import yaml
 
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote
-from tests.e2e.mirror_objects import configmap, target, watch_rule
+from tests.e2e.mirror_objects import (
+    cluster_watch_rule,
+    configmap,
+    provider,
+    target,
+    watch_rule,
+)
 from tests.e2e.test_mirror import CM_RULE, cm_path, setup_mirror, wait_ready
-from tests.support import Operator, manifest, wait_for
+from tests.support import Operator, manifest, stays, wait_for
 
 pytestmark = pytest.mark.controlplane
 
@@ -101,3 +107,61 @@ def test_flux_and_argo_bookkeeping_is_not_mirrored_unless_a_target_keeps_it(
         == argo["metadata"]["annotations"]
     )
     wait_ready(cp, ns, "kept")
+
+
+@pytest.mark.parametrize("prune", ["Always", "OnEvent"])
+def test_a_cluster_watch_rule_mirrors_the_namespaces_it_selects(
+    crds: ControlPlane,
+    namespace: str,
+    remote: BareRemote,
+    operator: Callable[..., Operator],
+    prune: str,
+) -> None:
+    cp, ns = crds, namespace
+    label = f"mirror-{ns[-6:]}"
+    spaces = [f"{ns}-{i}" for i in range(6)]
+    for i, space in enumerate(spaces[:5]):
+        cp.kubectl("create", "namespace", space)
+        if i < 3:
+            cp.kubectl("label", "namespace", space, f"{label}=yes")
+        cp.apply(manifest(configmap("settings", space, {"i": str(i)})))
+    operator()
+    rule = {
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "namespaces": {"labelSelector": {"matchLabels": {label: "yes"}}},
+    }
+    cp.apply(
+        manifest(
+            provider("git", ns, remote.url),
+            target("mirror", ns, "git", "mirror", prune={"mode": prune}),
+            cluster_watch_rule(f"{ns}-all", "mirror", ns, rule),
+        )
+    )
+    try:
+        wanted = {cm_path(space, "settings") for space in spaces[:3]}
+        wait_for(lambda: set(remote.files()) == wanted, what="the 3 selected namespaces")
+        wait_ready(cp, ns)
+
+        cp.kubectl("create", "namespace", spaces[5])
+        cp.kubectl("label", "namespace", spaces[5], f"{label}=yes")
+        cp.apply(manifest(configmap("settings", spaces[5], {"i": "5"})))
+        wait_for(lambda: cm_path(spaces[5], "settings") in remote.files(), what="a new namespace")
+
+        cp.kubectl("label", "namespace", spaces[0], f"{label}-")
+        cp.apply(manifest(configmap("marker", spaces[1], {"m": "1"})))
+        wait_for(lambda: cm_path(spaces[1], "marker") in remote.files(), what="marker")
+        if prune == "Always":
+            wait_for(
+                lambda: cm_path(spaces[0], "settings") not in remote.files(),
+                what="the unlabelled namespace swept",
+            )
+        else:
+            stays(
+                lambda: cm_path(spaces[0], "settings") in remote.files(),
+                seconds=2.0,
+                what="the unlabelled namespace retained",
+            )
+        assert not any(f"/{spaces[3]}/" in f or f"/{spaces[4]}/" in f for f in remote.files())
+    finally:
+        cp.kubectl("delete", "clusterwatchrule", f"{ns}-all")

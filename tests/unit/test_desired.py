@@ -333,3 +333,45 @@ def test_an_unusable_target_noise_policy_is_invalid_noise() -> None:
     problem = plan.targets[TargetKey("ns", "t")].problem
     assert problem is not None
     assert problem.reason == "InvalidNoise"
+
+
+def cluster_rule(name: str, target_name: str, **r: Any) -> dict[str, Any]:
+    rule_obj = obj(
+        "ClusterWatchRule",
+        name,
+        {
+            "targetRef": {"name": target_name, "namespace": "ns"},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps", "namespaces"], **r}],
+        },
+    )
+    del rule_obj["metadata"]["namespace"]
+    return rule_obj
+
+
+def test_a_cluster_watch_rule_with_namespaces_opens_one_stream_per_namespaced_type() -> None:
+    selector = {"labelSelector": {"matchLabels": {"mirror": "yes"}}}
+    plan = compile_plan(
+        [provider()],
+        [target("t", "a")],
+        [],
+        [cluster_rule("all", "t", namespaces=selector)],
+        TYPES,
+        DEFAULT_NOISE_POLICY,
+    )
+    streams = sorted(plan.streams.values(), key=lambda s: s.rtype.resource)
+    assert [(s.rtype.resource, s.namespace) for s in streams] == [
+        ("configmaps", ""),
+        ("namespaces", ""),
+    ]
+    assert streams[0].namespace_selectors == (
+        {"names": [], "labelSelector": {"matchLabels": {"mirror": "yes"}, "matchExpressions": []}},
+    )
+    assert streams[1].namespace_selectors == ()
+    assert streams[0].admitted({"a": {"mirror": "yes"}, "b": {}}) == (frozenset({"a"}),)
+
+
+def test_without_namespaces_a_cluster_watch_rule_reads_only_cluster_scoped_types() -> None:
+    plan = compile_plan(
+        [provider()], [target("t", "a")], [], [cluster_rule("c", "t")], TYPES, DEFAULT_NOISE_POLICY
+    )
+    assert [s.rtype.resource for s in plan.streams.values()] == ["namespaces"]

@@ -129,3 +129,22 @@ async def test_a_snapshot_counts_terminating_objects_as_deleted() -> None:
     assert isinstance(snap, Snapshot)
     assert set(snap.documents) == {Identity("", "ConfigMap", "ns", "a")}
     assert snap.deleted == frozenset({Identity("", "ConfigMap", "ns", "b")})
+
+
+async def test_a_cluster_wide_stream_keeps_only_admitted_namespaces() -> None:
+    out: list[Change | Snapshot] = []
+    spec = StreamSpec(TARGET, CM, "", (None,), frozenset(Operation), namespace_selectors=({},))
+    stream = TargetStream(
+        spec, DEFAULT_NOISE_POLICY, out.append, lambda: 1.0, admitted=(frozenset({"ns"}),)
+    )
+    other = cm("b")
+    other["metadata"]["namespace"] = "elsewhere"
+    await stream.on_snapshot({("ns", "a"): cm("a"), ("elsewhere", "b"): other}, set(), "5")
+    await stream.on_event("ADDED", other, "6")
+    await stream.on_event("DELETED", other, "7")
+    await stream.on_event("MODIFIED", cm("a"), "8")
+    snap, change = out
+    assert isinstance(snap, Snapshot)
+    assert set(snap.documents) == {Identity("", "ConfigMap", "ns", "a")}
+    assert isinstance(change, Change)
+    assert change.identity.name == "a"

@@ -842,12 +842,44 @@ class WatchRuleSpec(ApiModel):
     )
 
 
+_NamespaceName = Annotated[
+    str, Field(min_length=1, max_length=63, json_schema_extra=_cel(_NAMESPACE_RULE))
+]
+
+
+class NamespaceSelector(ApiModel):
+    """Which namespaces a ClusterWatchRule reads namespaced resources from: every namespace
+    that matches all fields set (every namespace when none is)."""
+
+    names: list[_NamespaceName] = Field(
+        default_factory=list, max_length=256, description="Namespace names; any when empty."
+    )
+    label_selector: LabelSelector | None = Field(
+        None, description="Namespace labels; any namespace when unset."
+    )
+
+
+class ClusterWatchResourceRule(ClusterResourceRule):
+    """Which resources to mirror: cluster-scoped ones, and with `namespaces` also namespaced
+    ones from every namespace the selector admits."""
+
+    namespaces: NamespaceSelector | None = Field(
+        None,
+        description=(
+            "Also mirror namespaced resources, from the namespaces this selects (`{}`: all)."
+            " One cluster-wide stream per type, filtered by the admitted namespaces; namespaces"
+            " created or relabelled later are picked up."
+        ),
+    )
+
+
 class ClusterWatchRuleSpec(ApiModel):
-    """Cluster-scoped resources that feed a GitTarget."""
+    """Cluster-scoped resources (and, with `namespaces`, namespaced ones across namespaces)
+    that feed a GitTarget."""
 
     target_ref: NamespacedObjectReference = Field(description="GitTarget (name and namespace).")
     cluster_ref: ClusterReference | None = Field(None, description=_CLUSTER_REF_DOC)
-    rules: list[ClusterResourceRule] = Field(
+    rules: list[ClusterWatchResourceRule] = Field(
         min_length=1,
         max_length=64,
         description="Resource rules; an object matching any is mirrored.",

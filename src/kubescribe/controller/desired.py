@@ -439,7 +439,21 @@ def compile_plan(
                     refused.append(refusal)
                     continue
                 sources.add(namespace)
-            items, missing = _resolve(rule, types, namespaced, target.noise or noise)
+            policy = target.noise or noise
+            items, missing = _resolve(rule, types, namespaced, policy)
+            namespaces = getattr(rule, "namespaces", None)
+            across: list[Discovered] = []
+            if namespaces is not None:  # a ClusterWatchRule reading namespaced types
+                if cluster:
+                    refused.append(
+                        Problem(
+                            "NamespacesNotSupported",
+                            "namespaces with clusterRef: use WatchRules on the remote cluster",
+                        )
+                    )
+                    continue
+                across, missing_here = _resolve(rule, types, True, policy)
+                missing = sorted(set(missing) & set(missing_here))
             unresolved += missing
             selector = (
                 rule.label_selector.model_dump(by_alias=True) if rule.label_selector else None
@@ -450,6 +464,20 @@ def compile_plan(
                     target_key, item.rtype, namespace, (selector,), frozenset(), cluster, route
                 )
                 merged.setdefault(spec_.key, []).append((spec_, list(rule.operations)))
+            for item in across:
+                assert namespaces is not None
+                resolved.append(item.rtype.gvr)
+                spec_ = StreamSpec(
+                    target_key,
+                    item.rtype,
+                    "",
+                    (selector,),
+                    frozenset(),
+                    cluster,
+                    route,
+                    (namespaces.model_dump(by_alias=True, exclude_none=True),),
+                )
+                merged.setdefault(spec_.key, []).append((spec_, list(rule.operations)))
         problem = None
         if not resolved and len(refused) < len(spec.rules):
             problem = Problem(
@@ -457,6 +485,8 @@ def compile_plan(
                 "no served resource matches the rules"
                 + (f" (not found: {', '.join(sorted(set(unresolved)))})" if unresolved else ""),
             )
+        if problem is None and refused and not namespaced:  # a ClusterWatchRule's refusal
+            problem = refused[0]
         plan.rules[(kind, key)] = RulePlan(
             kind,
             key,
@@ -492,5 +522,6 @@ def compile_plan(
             merge_operations([ops for _, ops in parts]),
             first.cluster,
             first.audit_route,
+            tuple(s for p in parts for s in p[0].namespace_selectors),
         )
     return plan

@@ -106,11 +106,13 @@ class _Cache:
     def __init__(self, poke: asyncio.Event) -> None:
         self.objects: dict[ObjectKey, dict[str, Any]] = {}
         self.poke = poke
+        self.synced = False  # a first snapshot arrived
 
     async def on_snapshot(
         self, objects: Mapping[ObjectKey, dict[str, Any]], deleted: set[ObjectKey], rv: str
     ) -> None:
         self.objects = dict(objects)
+        self.synced = True
         self.poke.set()
 
     async def on_event(self, event_type: str, obj: dict[str, Any], rv: str) -> None:
@@ -129,6 +131,7 @@ class _Running:
     informer: Informer
     task: asyncio.Task[None]
     noise: NoisePolicy | None = None  # the target's policy it was started with
+    admitted: tuple[frozenset[str], ...] | None = None  # namespaces it admits (see StreamSpec)
 
 
 @dataclass
@@ -194,8 +197,9 @@ class Manager:
                 Informer(self.client, rtype, self._caches[kind])
                 for kind, rtype in OWN_TYPES.items()
             ]
-            if self.settings.cross_namespace_sources:
-                own.append(Informer(self.client, NAMESPACES, self._namespaces))
+            # Namespaces: for cross-namespace grants, and for ClusterWatchRules that read
+            # namespaced types from the namespaces they select.
+            own.append(Informer(self.client, NAMESPACES, self._namespaces))
             triggers = [
                 Informer(self.client, rtype, _Trigger(self._discovery_poke))
                 for rtype in DISCOVERY_TRIGGERS
@@ -414,12 +418,19 @@ class Manager:
 
     async def _apply_streams(self) -> None:
         """Run the streams of the targets written here (all of them without sharding)."""
+        namespaces = {
+            str(obj["metadata"]["name"]): dict(obj["metadata"].get("labels") or {})
+            for obj in self._namespaces.objects.values()
+        }
         wanted = {
             key: spec
             for key, spec in self.plan.streams.items()
             if self.plan.targets[spec.target].worker_key in self._workers
             and self._client_of(spec) is not None
+            # a namespace filter waits for the namespaces: an empty set would sweep everything
+            and (not spec.namespace_selectors or self._namespaces.synced)
         }
+        admitted = {key: spec.admitted(namespaces) for key, spec in wanted.items()}
         for key, running in list(self._streams.items()):
             spec = running.spec
             target_noise = self.plan.targets[spec.target].noise if key in wanted else None
@@ -427,6 +438,9 @@ class Manager:
                 wanted.get(key) != spec
                 or running.informer.client is not self._client_of(spec)
                 or running.noise != target_noise  # a new policy: relist, re-render
+                # namespaces that join or leave: relist, so joiners are snapshotted in and
+                # (under prune Always) leavers swept
+                or running.admitted != admitted.get(key)
             ):
                 running.task.cancel()
                 del self._streams[key]
@@ -441,6 +455,7 @@ class Manager:
                 target.noise or self.settings.noise,
                 worker.submit,
                 ack_now=self._cursors.acked_at_once,
+                admitted=admitted[key],
             )
             try:
                 resume = await self.settings.cursors.load(key, sink.fingerprint)
@@ -460,7 +475,7 @@ class Manager:
                 known=resume.known if resume else (),
             )
             self._streams[key] = _Running(
-                spec, informer, asyncio.create_task(informer.run()), target.noise
+                spec, informer, asyncio.create_task(informer.run()), target.noise, admitted[key]
             )
         metrics.STREAMS.set(len(self._streams))
 

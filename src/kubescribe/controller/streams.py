@@ -36,6 +36,9 @@ class StreamSpec:
     operations: frozenset[Operation]
     cluster: str = ""  # a ClusterProvider's name; '' for the operator's own cluster
     audit_route: str = ""  # whose audit facts name the authors ('' = the operator's own)
+    # A cluster-wide stream of a namespaced type (ClusterWatchRule `namespaces`): the
+    # namespace selector of each rule, parallel to `selectors`; () = no namespace filter.
+    namespace_selectors: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def key(self) -> str:
@@ -50,6 +53,25 @@ class StreamSpec:
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         return any(selector_matches(s, labels) for s in self.selectors)
+
+    def admitted(
+        self, namespaces: Mapping[str, Mapping[str, str]]
+    ) -> tuple[frozenset[str], ...] | None:
+        """For each rule, the namespaces (name -> labels) its namespace selector admits;
+        None for a stream without a namespace filter."""
+        if not self.namespace_selectors:
+            return None
+        return tuple(
+            frozenset(n for n, labels in namespaces.items() if namespace_admits(sel, n, labels))
+            for sel in self.namespace_selectors
+        )
+
+
+def namespace_admits(selector: Mapping[str, Any], name: str, labels: Mapping[str, str]) -> bool:
+    names = selector.get("names") or []
+    if names and name not in names:
+        return False
+    return selector_matches(selector.get("labelSelector"), labels)
 
 
 class TargetStream:
@@ -68,8 +90,10 @@ class TargetStream:
         *,
         journal: StreamJournal | None = None,
         ack_now: Callable[[str, str], None] | None = None,
+        admitted: tuple[frozenset[str], ...] | None = None,
     ) -> None:
         self.spec = spec
+        self.admitted = admitted  # see `StreamSpec.admitted`; fixed for the stream's life
         self.noise = noise
         self.submit = submit
         self.clock = clock
@@ -81,8 +105,9 @@ class TargetStream:
         """What a resume cursor of this stream depends on besides its key (a new noise policy
         renders documents differently: the stream lists afresh)."""
         spec = self.spec
+        admitted = [sorted(a) for a in self.admitted] if self.admitted is not None else None
         text = json.dumps(
-            [list(spec.selectors), sorted(spec.operations), repr(self.noise)],
+            [list(spec.selectors), sorted(spec.operations), repr(self.noise), admitted],
             sort_keys=True,
             default=str,
         )
@@ -92,10 +117,25 @@ class TargetStream:
         rtype = self.spec.rtype
         return Identity(rtype.group, rtype.kind, namespace if rtype.namespaced else "", name)
 
+    def _selects(self, obj: Mapping[str, Any]) -> bool | None:
+        """Whether a rule selects the object; None when no rule admits its namespace."""
+        meta = obj.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if self.admitted is None:
+            return self.spec.selects(labels)
+        namespace = str(meta.get("namespace") or "")
+        pairs = [
+            selector
+            for selector, admitted in zip(self.spec.selectors, self.admitted, strict=False)
+            if namespace in admitted
+        ]
+        if not pairs:
+            return None
+        return any(selector_matches(s, labels) for s in pairs)
+
     def _keep(self, obj: Mapping[str, Any]) -> bool:
         """Selected by a rule and not noise (noise is counted by reason)."""
-        labels = (obj.get("metadata") or {}).get("labels") or {}
-        if not self.spec.selects(labels):
+        if not self._selects(obj):
             return False
         reason = self.noise.classify(
             obj, group=self.spec.rtype.group, resource=self.spec.rtype.resource
@@ -158,12 +198,14 @@ class TargetStream:
     def _change(self, event_type: str, obj: dict[str, Any], rv: str) -> Change | None:
         operation = _OPERATIONS.get(event_type)
         meta = obj.get("metadata") or {}
+        if self.admitted is not None and self._selects(obj) is None:
+            return None  # a namespace the stream does not admit (deletes included)
         if operation is not None and operation is not Operation.DELETE:
             if _terminating(obj):
                 # Deletion intent: the first event with a deletionTimestamp is the delete;
                 # the finalizer removals after it find nothing left to remove.
                 operation = Operation.DELETE
-            elif not self.spec.selects(meta.get("labels") or {}):
+            elif not self._selects(obj):
                 # Only client-side selectors get here: the object left the selection.
                 operation = Operation.DELETE
             elif not self._keep(obj):
