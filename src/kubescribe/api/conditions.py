@@ -27,6 +27,7 @@ SOURCE_NAMESPACE_AUTHORIZED: Final = "SourceNamespaceAuthorized"
 
 # reasons
 PROGRESSING: Final = "Progressing"
+WATCH_FORBIDDEN: Final = "WatchForbidden"
 SUSPENDED: Final = "Suspended"
 PROVIDER_NOT_FOUND: Final = "ProviderNotFound"
 TARGET_NOT_FOUND: Final = "TargetNotFound"
@@ -72,6 +73,7 @@ STALLED_REASONS: Final = frozenset(
         REPOSITORY_NOT_FOUND,
         PERMISSION_DENIED,
         URL_REFUSED,
+        WATCH_FORBIDDEN,
         INVALID_CREDENTIALS,
         KNOWN_HOSTS_NOT_FOUND,
         SIGNING_KEY_MISSING,

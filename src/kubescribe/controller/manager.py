@@ -268,7 +268,11 @@ class Manager:
             self._owned = owned
             metrics.OWNED_WRITERS.set(len(owned))
             self._requests.reconsider()
-        self.synced = all(r.informer.synced.is_set() for r in self._streams.values())
+        # A stream the operator may not list (WatchForbidden, in the target's status) does not
+        # hold readiness back: it needs an RBAC change, not a restart.
+        self.synced = all(
+            r.informer.synced.is_set() or r.informer.forbidden for r in self._streams.values()
+        )
         await self._write_statuses()
 
     def _apply_workers(self) -> None:
@@ -388,6 +392,7 @@ class Manager:
                 label_selector=spec.server_selector,
                 resume_from=resume.resource_version if resume else None,
                 known=resume.known if resume else (),
+                on_access=self._poke.set,
             )
             self._streams[key] = _Running(spec, informer, asyncio.create_task(informer.run()))
         metrics.STREAMS.set(len(self._streams))
@@ -512,14 +517,18 @@ class Manager:
         if t.writable:
             domain += self._encryption.conditions(t.key)
             extra.update(self._encryption.status(t.key))
-            domain.append(
-                Cond(
-                    c.STREAMS_RUNNING,
-                    "True" if synced == len(streams) else "False",
-                    c.STREAMS_RUNNING if synced == len(streams) else c.PROGRESSING,
-                    f"{synced}/{len(streams)} watch streams synced",
+            forbidden = [r for r in streams if r.informer.forbidden]
+            if forbidden:
+                domain.append(_watch_forbidden(forbidden))
+            else:
+                domain.append(
+                    Cond(
+                        c.STREAMS_RUNNING,
+                        "True" if synced == len(streams) else "False",
+                        c.STREAMS_RUNNING if synced == len(streams) else c.PROGRESSING,
+                        f"{synced}/{len(streams)} watch streams synced",
+                    )
                 )
-            )
             report = self._reports.get(t.key)
             if report is None and streams and all(r.informer.resumed for r in streams):
                 domain.append(
@@ -540,8 +549,24 @@ class Manager:
             if synced < len(streams):
                 progressing = f"{synced}/{len(streams)} watch streams synced"
         return domain + kstatus(
-            [d for d in domain if d.type != c.STREAMS_RUNNING], progressing=progressing
+            [d for d in domain if d.type != c.STREAMS_RUNNING or d.reason == c.WATCH_FORBIDDEN],
+            progressing=progressing,
         ), extra
+
+
+def _watch_forbidden(streams: list[_Running]) -> Cond:
+    """StreamsRunning False: the operator's identity may not list/watch these types."""
+    where = sorted(
+        f"{r.spec.rtype.gvr} in {r.informer.namespace or 'all namespaces'}" for r in streams
+    )
+    first = streams[0].informer.forbidden or ""
+    return Cond(
+        c.STREAMS_RUNNING,
+        "False",
+        c.WATCH_FORBIDDEN,
+        f"The operator may not list/watch {', '.join(where)} (grant it in the operator's "
+        f"RBAC; retried with backoff): {first}",
+    )
 
 
 async def _stop(worker: BranchWorker) -> None:
