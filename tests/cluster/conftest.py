@@ -9,6 +9,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +169,36 @@ class Release:
             got = self.cluster.kubectl("logs", "-n", NAMESPACE, name, "--tail=60", check=False)
             out.append(f"--- {name}\n{got.stdout}{got.stderr}")
         return "\n".join(out)
+
+    def delete_pod_timed(self, name: str) -> float:
+        """Delete a Pod (SIGTERM to its container) and return the seconds until the container
+        exited: its `finishedAt` as kubelet reports it (1 s resolution) minus the delete."""
+        watch = subprocess.Popen(
+            [str(self.cluster.tools.kubectl), f"--kubeconfig={self.cluster.kubeconfig}",  # type: ignore[union-attr]
+             "get", "pod", name, "-n", NAMESPACE, "--watch", "-o", "json"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        try:
+            started = time.time()
+            self.cluster.kubectl("delete", "pod", name, "-n", NAMESPACE, "--wait=false")
+            decoder, buffer = json.JSONDecoder(), ""
+            assert watch.stdout is not None
+            while line := watch.stdout.readline():
+                buffer += line
+                try:
+                    pod, _ = decoder.raw_decode(buffer.strip())
+                except ValueError:
+                    continue
+                buffer = ""
+                for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                    done = (status.get("state") or {}).get("terminated")
+                    if done and done.get("finishedAt"):
+                        finished = datetime.fromisoformat(done["finishedAt"].replace("Z", "+00:00"))
+                        return max(0.0, finished.timestamp() - started)
+            raise AssertionError("the Pod's container never reported its exit")
+        finally:
+            watch.kill()
+            watch.wait()
 
     def writer_holders(self) -> dict[str, str]:
         """writer (namespace url branch) -> holder identity, of the writer Leases."""

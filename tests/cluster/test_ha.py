@@ -1,0 +1,93 @@
+"""Two replicas: one writer per branch (its Lease holder); deleting the holder's Pod during a
+stream of changes hands the branch to the other replica with nothing lost and nothing doubled."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from kubescribe.devenv.cluster import Cluster
+from kubescribe.devenv.gitremote import git
+from tests.cluster.conftest import Release, Repo, record
+from tests.cluster.test_install import assert_linear_without_empty_commits, cm_path, data_of
+from tests.support import wait_for
+
+pytestmark = [pytest.mark.xdist_group("cluster"), pytest.mark.cluster, pytest.mark.timeout(600)]
+
+
+def test_two_replicas_hand_over_without_loss_or_duplicates(
+    cluster: Cluster, repo: Repo, install: Callable[..., Release]
+) -> None:
+    ns = "team-c"
+    cluster.kubectl("create", "namespace", ns)
+    rel = install("ha", "replicas=2", f"rbac.secretNamespaces={{{ns}}}")
+    assert len(rel.ready_pods()) == 2
+    cluster.kubectl("apply", "-f", "-", input=repo.mirror(ns))
+    cluster.kubectl("create", "configmap", "counter", "-n", ns, "--from-literal=n=0")
+    wait_for(lambda: data_of(repo, ns, "counter") == {"n": "0"}, timeout=90, what="first write")
+
+    holders = rel.writer_holders()
+    [(writer, holder)] = [(w, h) for w, h in holders.items() if w.startswith(f"{ns} ")]
+    pods = rel.ready_pods()
+    assert holder in pods, (holder, pods)
+    [standby] = [p for p in pods if p != holder]
+
+    stop = threading.Event()
+    created: list[str] = []
+    last = [0]
+
+    def churn() -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            cluster.kubectl("create", "configmap", f"c-{i}", "-n", ns, f"--from-literal=i={i}")
+            created.append(f"c-{i}")
+            patch = f'{{"data":{{"n":"{i}"}}}}'
+            cluster.kubectl("patch", "configmap", "counter", "-n", ns, "-p", patch)
+            last[0] = i
+            time.sleep(0.2)
+
+    writer_thread = threading.Thread(target=churn)
+    writer_thread.start()
+    try:
+        wait_for(lambda: len(created) >= 5, timeout=30, what="changes flowing")
+        t0 = time.monotonic()
+        sigterm = rel.delete_pod_timed(holder)
+        record("SIGTERM to exit, holder of a busy branch (finishedAt)", sigterm)
+        assert sigterm < 20, f"SIGTERM to exit took {sigterm:.1f}s"
+
+        # the standby, or the Deployment's replacement Pod (rendezvous hashing decides)
+        def new_holder() -> str:
+            now = rel.writer_holders().get(writer, "")
+            live = [p["metadata"]["name"] for p in rel.pods()]
+            return now if now and now != holder and now in live else ""
+
+        successor = wait_for(new_holder, timeout=30, what="another replica holds the writer Lease")
+        record("holder Pod deleted -> standby holds the writer Lease", time.monotonic() - t0)
+        seen = len(created)
+        wait_for(lambda: len(created) >= seen + 5, timeout=30, what="changes for the successor")
+    finally:
+        stop.set()
+        writer_thread.join()
+
+    final = last[0]
+    wait_for(lambda: data_of(repo, ns, "counter") == {"n": str(final)}, timeout=90,
+             what=f"counter={final} in Git")  # fmt: skip
+    files = set(repo.remote.files())
+    missing = [n for n in created if cm_path(ns, n) not in files]
+    assert not missing, f"lost: {missing}"
+    shas = assert_linear_without_empty_commits(repo)
+    # no change committed twice: every created ConfigMap was added by exactly one commit
+    added = git(
+        "log", "--diff-filter=A", "--name-only", "--format=", "main", cwd=repo.remote.path
+    ).split()
+    doubled = {p for p in added if added.count(p) > 1}
+    assert not doubled, f"added more than once: {sorted(doubled)}"
+    assert len(shas) > len(created) / 10
+    # the Deployment's replacement Pod joined; still exactly one holder
+    wait_for(lambda: len(rel.ready_pods()) == 2, timeout=60, what="two replicas again")
+    assert rel.writer_holders()[writer] in rel.ready_pods()
+    del successor, standby
