@@ -139,6 +139,7 @@ class Manager:
         self._owned: frozenset[WorkerKey] = frozenset()
         self._reports: dict[TargetKey, WriteReport] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._cursor_task: asyncio.Task[None] | None = None
         self._status = StatusWriter(client)
         self._requests = CommitRequests(
             client, self._status, self._target_access, self.settings.request_authors
@@ -172,7 +173,8 @@ class Manager:
             self._tasks = [asyncio.create_task(i.run()) for i in own + triggers]
             self._tasks.append(asyncio.create_task(self._discovery_loop()))
             self._tasks.append(asyncio.create_task(self._requests.run()))
-            self._tasks.append(asyncio.create_task(self._cursors.run()))
+            # Not in _tasks: shutdown stops it only after the last cursors are saved.
+            self._cursor_task = asyncio.create_task(self._cursors.run())
             if self._shards is not None:
                 await self._shards.tick()  # join before the first plan: writers spread at once
                 self._tasks.append(asyncio.create_task(self._shards.run()))
@@ -202,6 +204,8 @@ class Manager:
         )
         self._workers.clear()
         await self._cursors.flush()
+        if self._cursor_task is not None:
+            self._cursor_task.cancel()
         if self._shards is not None:
             await self._shards.stop()  # the others take the writers over at once
         self._providers.close()
