@@ -14,7 +14,12 @@ pytestmark = pytest.mark.cluster
 
 
 def test_helm_lint_passes(tools: ClusterTools) -> None:
-    for values in ([], ["--set=rbac.watch=selected", "--set=replicas=2"]):
+    for values in (
+        [],
+        ["--set=rbac.watch=selected", "--set=replicas=2"],
+        ["--set=audit.enabled=true", "--set=admission.enabled=true"],
+        ["--set=admission.enabled=true", "--set=certificates.source=cert-manager"],
+    ):
         done = subprocess.run(
             [str(tools.helm), "lint", "--strict", str(CHART), *values],
             capture_output=True,

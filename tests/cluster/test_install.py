@@ -129,7 +129,7 @@ def test_install_mirror_upgrade_sigterm_uninstall(
     cluster.kubectl("create", "configmap", "before-sigterm", "-n", ns, "--from-literal=a=1")
     sigterm = rel.delete_pod_timed(new_pod["metadata"]["name"])
     record("SIGTERM to exit, one replica (finishedAt, 1 s resolution)", sigterm)
-    assert sigterm < 10, f"SIGTERM to exit took {sigterm:.1f}s"
+    assert sigterm < 5, f"SIGTERM to exit took {sigterm:.1f}s"
     eventually(
         rel,
         lambda: cm_path(ns, "before-sigterm") in repo.remote.files(),

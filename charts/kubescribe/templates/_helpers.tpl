@@ -52,11 +52,69 @@ without the core group, plus rbac.extraApiGroups; sorted, unique.
 {{- end -}}
 
 {{/* Audit receiver and admission webhook pieces of the Deployment (templates/webhooks.yaml). */}}
+{{- define "kubescribe.webhooks" -}}
+{{- or .Values.audit.enabled .Values.admission.enabled -}}
+{{- end -}}
+
 {{- define "kubescribe.webhookArgs" -}}
+{{- if .Values.audit.enabled }}
+- --audit-addr=:{{ .Values.audit.port }}
+- --audit-tls-cert=/etc/kubescribe/tls/tls.crt
+- --audit-tls-key=/etc/kubescribe/tls/tls.key
+- --audit-client-ca=/etc/kubescribe/tls/ca.crt
+- --audit-route={{ .Values.audit.route }}
+{{- end }}
+{{- if .Values.admission.enabled }}
+- --webhook-addr=:{{ .Values.admission.port }}
+- --webhook-tls-cert=/etc/kubescribe/tls/tls.crt
+- --webhook-tls-key=/etc/kubescribe/tls/tls.key
+- --webhook-client-ca=/etc/kubescribe/tls/ca.crt
+{{- end }}
 {{- end -}}
+
 {{- define "kubescribe.webhookPorts" -}}
+{{- if .Values.audit.enabled }}
+- name: audit
+  containerPort: {{ .Values.audit.port }}
+  protocol: TCP
+  {{- with .Values.audit.hostPort }}
+  hostPort: {{ . }}
+  {{- end }}
+{{- end }}
+{{- if .Values.admission.enabled }}
+- name: admission
+  containerPort: {{ .Values.admission.port }}
+  protocol: TCP
+  {{- with .Values.admission.hostPort }}
+  hostPort: {{ . }}
+  {{- end }}
+{{- end }}
 {{- end -}}
+
 {{- define "kubescribe.webhookMounts" -}}
+{{- if eq (include "kubescribe.webhooks" .) "true" }}
+- name: webhook-tls
+  mountPath: /etc/kubescribe/tls
+  readOnly: true
+{{- end }}
 {{- end -}}
+
 {{- define "kubescribe.webhookVolumes" -}}
+{{- if eq (include "kubescribe.webhooks" .) "true" }}
+- name: webhook-tls
+  secret:
+    secretName: {{ include "kubescribe.fullname" . }}-webhook-tls
+{{- end }}
+{{- end -}}
+
+{{- define "kubescribe.webhookService" -}}
+{{- printf "%s-webhooks" (include "kubescribe.fullname" .) -}}
+{{- end -}}
+
+{{- define "kubescribe.auditURL" -}}
+{{- if .Values.audit.url -}}
+{{- .Values.audit.url -}}
+{{- else -}}
+{{- printf "https://%s.%s.svc:%v/audit-webhook/%s" (include "kubescribe.webhookService" .) .Release.Namespace .Values.audit.port .Values.audit.route -}}
+{{- end -}}
 {{- end -}}

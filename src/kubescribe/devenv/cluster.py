@@ -419,7 +419,11 @@ class Cluster:
                         "routes": [{"dst": "0.0.0.0/0"}],
                         "dataDir": str(w / "cni" / "ipam"),
                     },
-                }
+                },
+                # hostPort: the node address (10.77.0.2) reaches a Pod's port; kube-apiserver
+                # calls webhooks that way, as on clusters whose control plane is off the Pod
+                # network.
+                {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True},
             ],
         }
         self._write("cni/net.d/10-kubescribe.conflist", json.dumps(conflist, indent=1), 0o644)
@@ -579,6 +583,45 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         ctx.load_cert_chain(cert, key)
         return ctx
 
+    def _apiserver_argv(self, *extra: str) -> list[str]:
+        assert self.tools is not None
+        pki, cp = self.workdir / "pki", self.tools.controlplane
+        return [
+            str(cp / "kube-apiserver"), "--etcd-servers=http://127.0.0.1:2379",
+            "--bind-address=0.0.0.0", "--secure-port=443", f"--advertise-address={NODE_IP}",
+            f"--tls-cert-file={pki}/apiserver.crt",
+            f"--tls-private-key-file={pki}/apiserver.key",
+            f"--client-ca-file={pki}/ca.crt", f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--allow-privileged=true", "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki}/sa.pub",
+            f"--service-account-signing-key-file={pki}/sa.key",
+            f"--kubelet-client-certificate={pki}/apiserver-kubelet-client.crt",
+            f"--kubelet-client-key={pki}/apiserver-kubelet-client.key",
+            f"--kubelet-certificate-authority={pki}/ca.crt",
+            "--kubelet-preferred-address-types=InternalIP", f"--cert-dir={pki}",
+            "--profiling=false",
+            *extra,
+        ]  # fmt: skip
+
+    def restart_apiserver(self, *extra: str, timeout: float = 90) -> None:
+        """Restart kube-apiserver with `extra` flags (audit and admission configuration, as a
+        cluster administrator would); the other components reconnect by themselves."""
+        for i, (name, proc, log) in enumerate(self._procs):
+            if name == "kube-apiserver":
+                self._stop_proc(proc)
+                log.close()
+                del self._procs[i]
+                break
+        self._spawn("kube-apiserver", self._apiserver_argv(*extra))
+        admin = self._admin_context()
+        self._wait(
+            "kube-apiserver",
+            lambda: self._inner_ok(f"https://{NODE_IP}:443/readyz", admin),
+            timeout,
+        )
+
     def _start_components(self, tools: ClusterTools, timeout: float) -> None:
         w, pki, cp, bins = (
             self.workdir,
@@ -598,26 +641,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             ],
         )  # fmt: skip
         self._wait("etcd", lambda: self._inner_ok("http://127.0.0.1:2379/health"), 60)
-        self._spawn(
-            "kube-apiserver",
-            [
-                str(cp / "kube-apiserver"), "--etcd-servers=http://127.0.0.1:2379",
-                "--bind-address=0.0.0.0", "--secure-port=443", f"--advertise-address={NODE_IP}",
-                f"--tls-cert-file={pki}/apiserver.crt",
-                f"--tls-private-key-file={pki}/apiserver.key",
-                f"--client-ca-file={pki}/ca.crt", f"--service-cluster-ip-range={SERVICE_CIDR}",
-                "--allow-privileged=true", "--authorization-mode=Node,RBAC",
-                "--enable-admission-plugins=NodeRestriction",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                f"--service-account-key-file={pki}/sa.pub",
-                f"--service-account-signing-key-file={pki}/sa.key",
-                f"--kubelet-client-certificate={pki}/apiserver-kubelet-client.crt",
-                f"--kubelet-client-key={pki}/apiserver-kubelet-client.key",
-                f"--kubelet-certificate-authority={pki}/ca.crt",
-                "--kubelet-preferred-address-types=InternalIP", f"--cert-dir={pki}",
-                "--profiling=false",
-            ],
-        )  # fmt: skip
+        self._spawn("kube-apiserver", self._apiserver_argv())
         self._wait("containerd", lambda: self._ns_run(*self._ctr(), "version").returncode == 0, 60)
         errors: list[str] = []
 
