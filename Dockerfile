@@ -5,7 +5,7 @@
 #   docker build -t kubescribe:dev .                      # or: podman / buildah bud
 #   BASE: any Debian bookworm image whose python3 is 3.11 and has the venv module
 #   (hack/build-image.sh builds on a base made locally with mmdebstrap: --build-arg BASE=...)
-ARG BASE=docker.io/library/python:3.11-slim-bookworm
+ARG BASE=python:3.11-slim-bookworm
 
 FROM ${BASE} AS build
 ARG UV_VERSION=0.13.9
