@@ -1,10 +1,14 @@
 """kubescribe as a Pod: the image built by hack/build-image.sh, installed by its Helm chart into
 a real single-node cluster (kubelet + containerd + runc, devenv.cluster), mirroring into an SSH
-Git server on the host that the Pods reach at 10.77.0.2. Root only; skipped otherwise."""
+Git server on the host that the Pods reach at 10.77.0.2. Root only; skipped otherwise.
+
+Like the control plane, each pytest worker that runs one of these tests starts one cluster for
+its session (about 0.8 GiB; several side by side work)."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -29,13 +33,14 @@ from tests.e2e.mirror_objects import provider, secret, target, watch_rule
 from tests.e2e.test_remotes import keypair
 from tests.support import manifest, wait_for
 
-pytestmark = [pytest.mark.xdist_group("cluster"), pytest.mark.cluster]
+pytestmark = pytest.mark.cluster
 NAMESPACE = "kubescribe-system"
-FIGURES = REPO_ROOT / ".devenv" / "cluster-figures.json"
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+FIGURES = REPO_ROOT / ".devenv" / f"cluster-figures-{WORKER}.json"
 
 
 def record(name: str, value: float) -> None:
-    """Keep a measured figure (seconds) in .devenv/cluster-figures.json for the notes."""
+    """Keep a measured figure (seconds) in .devenv/cluster-figures-<worker>.json (notes)."""
     FIGURES.parent.mkdir(exist_ok=True)
     figures = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
     figures[name] = round(value, 2)
@@ -72,7 +77,7 @@ def image(tools: ClusterTools) -> Image:
         capture_output=True,
         text=True,
         check=False,
-        env={"KUBESCRIBE_CLUSTER_DIR": str(tools.root), **dict(__import__("os").environ)},
+        env={**os.environ, "KUBESCRIBE_CLUSTER_DIR": str(tools.root)},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     archive, ref = done.stdout.split()[-2:]

@@ -15,7 +15,7 @@ from tests.cluster.conftest import Release, Repo, record
 from tests.cluster.test_install import assert_linear_without_empty_commits, cm_path, data_of
 from tests.support import wait_for
 
-pytestmark = [pytest.mark.xdist_group("cluster"), pytest.mark.cluster, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
 
 def test_two_replicas_hand_over_without_loss_or_duplicates(

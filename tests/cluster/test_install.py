@@ -16,7 +16,7 @@ from kubescribe.devenv.gitremote import git
 from tests.cluster.conftest import NAMESPACE, Release, Repo, record
 from tests.support import wait_condition, wait_for
 
-pytestmark = [pytest.mark.xdist_group("cluster"), pytest.mark.cluster, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
 
 def eventually(rel: Release, check: Callable[[], object], what: str, timeout: float = 90) -> None:

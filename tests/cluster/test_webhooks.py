@@ -16,7 +16,7 @@ from tests.cluster.conftest import NAMESPACE, Release, Repo
 from tests.e2e.mirror_objects import commit_request
 from tests.support import wait_condition, wait_for
 
-pytestmark = [pytest.mark.xdist_group("cluster"), pytest.mark.cluster, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
 
 def test_audit_and_admission_wired_from_the_charts_artifacts(
