@@ -291,6 +291,19 @@ class Cluster:
             raise ClusterError(f"importing {archive.name}: {done.stderr.strip()}")
         return time.monotonic() - t0
 
+    def kill_container(self, container_id: str) -> int:
+        """SIGKILL the process of a container (`containerd://<id>` or `<id>`), as a crash or an
+        OOM kill would: no signal handler runs. Returns the PID killed."""
+        wanted = container_id.removeprefix("containerd://")
+        listing = self._ns_run(*self._ctr(), "tasks", "ls", check=True).stdout.splitlines()
+        for line in listing[1:]:
+            fields = line.split()
+            if fields and fields[0] == wanted:
+                pid = int(fields[1])
+                os.kill(pid, signal.SIGKILL)
+                return pid
+        raise ClusterError(f"no running task {wanted}")
+
     def expose_host_port(self, port: int) -> None:
         """Host 127.0.0.1:`port` becomes reachable from Pods as 10.77.0.2:`port`."""
         listener = self._in_netns(lambda: socket.create_server((NODE_IP, port), backlog=64))
