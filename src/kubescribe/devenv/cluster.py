@@ -101,7 +101,17 @@ class ClusterTools:
 def missing_requirements() -> list[str]:
     """What this machine lacks to run the cluster (root, Debian packages)."""
     missing = [] if os.geteuid() == 0 else ["root"]
-    for binary in ("containerd", "runc", "ctr", "unshare", "nsenter", "ip", "mmdebstrap", "go"):
+    for binary in (
+        "containerd",
+        "runc",
+        "ctr",
+        "unshare",
+        "nsenter",
+        "ip",
+        "mmdebstrap",
+        "buildah",
+        "go",
+    ):
         if shutil.which(binary) is None:
             missing.append(binary)
     if not Path("/usr/lib/cni/bridge").exists():
