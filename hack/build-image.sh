@@ -33,6 +33,12 @@ if [ ! -s "$out" ]; then
   rm -f "$out.tmp"
   unshare --mount --propagation private buildah "${store[@]}" push --quiet "$ref" "oci-archive:$out.tmp:$ref" >&2
   mv "$out.tmp" "$out"
+  # Drop older builds from the buildah storage (the dependency layer stays while it is used).
+  for old in $(unshare --mount --propagation private buildah "${store[@]}" images --format '{{.Name}}:{{.Tag}}' |
+               grep '^localhost/kubescribe:' | grep -vxF "$ref"); do
+    unshare --mount --propagation private buildah "${store[@]}" rmi "$old" >/dev/null 2>&1 || true
+  done
+  unshare --mount --propagation private buildah "${store[@]}" rmi --prune >/dev/null 2>&1 || true
   # keep only the newest few archives
   ls -t "$cache_root"/images/kubescribe-*.oci.tar | tail -n +4 | xargs -r rm -f
   echo "build-image: $ref in $(( $(date +%s) - t0 ))s, $(du -m "$out" | cut -f1) MB archive" >&2

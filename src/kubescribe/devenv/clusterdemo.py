@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -21,7 +22,13 @@ import click
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from kubescribe.devenv.cluster import NODE_IP, Cluster, cluster_tools, missing_requirements
+from kubescribe.devenv.cluster import (
+    NODE_IP,
+    Cluster,
+    ClusterTools,
+    cluster_tools,
+    missing_requirements,
+)
 from kubescribe.devenv.controlplane import REPO_ROOT
 from kubescribe.devenv.gitremote import git
 from kubescribe.devenv.sshgit import SshGitServer
@@ -103,7 +110,14 @@ def main(keep: bool) -> None:
     archive, ref = built.stdout.split()[-2:]
     click.echo(f"image {ref} ({Path(archive).stat().st_size >> 20} MB archive)")
     work = Path(tempfile.mkdtemp(prefix="kubescribe-cluster-demo-"))
-    with Cluster(images=[Path(archive)], tools=tools, workdir=work / "cluster") as cluster, \
+    try:
+        _run(tools, Path(archive), ref, work, keep, t0)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(tools: ClusterTools, archive: Path, ref: str, work: Path, keep: bool, t0: float) -> None:
+    with Cluster(images=[archive], tools=tools, workdir=work / "cluster") as cluster, \
             SshGitServer(work / "sshd") as server:  # fmt: skip
         click.echo(f"cluster up in {cluster.timings['start']:.1f}s")
         cluster.expose_host_port(server.port)
