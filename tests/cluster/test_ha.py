@@ -1,7 +1,8 @@
 """Two replicas: one writer per branch (its Lease holder). During a stream of changes the
 holder's Pod is deleted (SIGTERM: hand-over), then the next holder's process is killed with
-SIGKILL (no handler runs; the container restarts under the same Pod name): nothing is lost,
-history stays linear, no commit is empty and no file is added twice."""
+SIGKILL and its Pod force-deleted (a dead node: the Lease expires): another replica takes the
+branch each time; nothing is lost, history stays linear, no commit is empty and no file is
+added twice."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from kubescribe.devenv.cluster import Cluster
 from kubescribe.devenv.gitremote import git
-from tests.cluster.conftest import Release, Repo, record
+from tests.cluster.conftest import NAMESPACE, Release, Repo, record
 from tests.cluster.test_install import assert_linear_without_empty_commits, cm_path, data_of
 from tests.support import wait_for
 
@@ -72,13 +73,23 @@ def test_two_replicas_hand_over_without_loss_or_duplicates(
         seen = len(created)
         wait_for(lambda: len(created) >= seen + 5, timeout=30, what="changes for the successor")
 
-        # kill -9 the new holder's process (no handler runs): its Lease expires, a replica
-        # (another, or the restarted container under the same Pod name) writes on
-        [victim] = [p for p in rel.pods() if p["metadata"]["name"] == successor]
+        # kill -9 the new holder's process (no handler runs) and force-delete its Pod, as when
+        # a node dies: its Lease expires and another replica takes the branch
+        # (the replacement Pod has joined by now, and may have been handed the branch)
+        wait_for(lambda: len(rel.ready_pods()) == 2, timeout=60, what="two replicas again")
+        holder = rel.writer_holders()[writer]
+        [victim] = [p for p in rel.pods() if p["metadata"]["name"] == holder]
         container = victim["status"]["containerStatuses"][0]["containerID"]
         seen = len(created)
         t0 = time.monotonic()
         cluster.kill_container(container)
+        cluster.kubectl("delete", "pod", holder, "-n", NAMESPACE, "--grace-period=0", "--force")
+        third = wait_for(new_holder, timeout=30, what="a replica takes the dead holder's Lease")
+        took = time.monotonic() - t0
+        record("holder killed (SIGKILL, Pod force-deleted) -> another holds the Lease", took)
+        assert took < 20, f"took {took:.1f}s (lease duration 10 s)"
+        assert third != holder
+        del successor
         wait_for(lambda: len(created) >= seen + 10, timeout=30, what="changes after the kill")
     finally:
         stop.set()
@@ -87,7 +98,7 @@ def test_two_replicas_hand_over_without_loss_or_duplicates(
     final = last[0]
     wait_for(lambda: data_of(repo, ns, "counter") == {"n": str(final)}, timeout=90,
              what=f"counter={final} in Git")  # fmt: skip
-    record("holder killed (SIGKILL) -> every change in Git", time.monotonic() - t0)
+    record("holder killed -> every change in Git", time.monotonic() - t0)
     files = set(repo.remote.files())
     missing = [n for n in created if cm_path(ns, n) not in files]
     assert not missing, f"lost: {missing}"
@@ -102,4 +113,4 @@ def test_two_replicas_hand_over_without_loss_or_duplicates(
     # the Deployment's replacement Pod joined; still exactly one holder
     wait_for(lambda: len(rel.ready_pods()) == 2, timeout=60, what="two replicas again")
     assert rel.writer_holders()[writer] in rel.ready_pods()
-    del successor, standby
+    del standby
