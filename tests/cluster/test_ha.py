@@ -77,7 +77,12 @@ def test_two_replicas_hand_over_without_loss_or_duplicates(
         # a node dies: its Lease expires and another replica takes the branch
         # (the replacement Pod has joined by now, and may have been handed the branch)
         wait_for(lambda: len(rel.ready_pods()) == 2, timeout=60, what="two replicas again")
-        holder = rel.writer_holders()[writer]
+
+        def live_holder() -> str:  # not "" while a hand-over to the new Pod is under way
+            now = rel.writer_holders().get(writer, "")
+            return now if now in rel.ready_pods() else ""
+
+        holder = wait_for(live_holder, timeout=30, what="a live holder")
         [victim] = [p for p in rel.pods() if p["metadata"]["name"] == holder]
         container = victim["status"]["containerStatuses"][0]["containerID"]
         seen = len(created)
