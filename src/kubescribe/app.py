@@ -34,6 +34,7 @@ async def run_operator(
     allow_file_urls: bool = False,
     probe_interval: float = 300.0,
     cross_namespace_sources: bool = True,
+    allow_insecure_cluster_tls: bool = False,
     sharing: Sharing | None = None,
     attribution_options: AttributionOptions | None = None,
 ) -> None:
@@ -46,6 +47,7 @@ async def run_operator(
         allow_file_urls=allow_file_urls,
         probe_interval=probe_interval,
         cross_namespace_sources=cross_namespace_sources,
+        allow_insecure_cluster_tls=allow_insecure_cluster_tls,
         replica_id=sharing.replica_id,
         lease_namespace=sharing.lease_namespace,
         lease_duration=sharing.lease_duration,

@@ -23,6 +23,7 @@ from kubescribe.controller.snapshot import (
     select_types,
 )
 from kubescribe.git.targets import Committer
+from kubescribe.git.urlpolicy import NetworkPolicy, set_network_policy
 from kubescribe.kube.client import KubeClient
 from kubescribe.kube.discovery import Discovered
 from kubescribe.server.admission import DEFAULT_CLIENT
@@ -173,6 +174,13 @@ def _attribution_options(command: Callable[..., None]) -> Callable[..., None]:
     "URL lets any GitProvider author write to the operator's own file system).",
 )
 @click.option(
+    "--deny-private-networks",
+    is_flag=True,
+    help="Refuse Git remotes at private, loopback, CGNAT, ULA or otherwise non-public "
+    "addresses, and cluster-local names (*.cluster.local, *.svc, single labels), checked "
+    "on every probe, fetch and push.",
+)
+@click.option(
     "--probe-interval",
     type=click.FloatRange(min=1),
     default=300.0,
@@ -184,6 +192,11 @@ def _attribution_options(command: Callable[..., None]) -> Callable[..., None]:
     is_flag=True,
     help="Lockdown: refuse every WatchRule sourceNamespace other than the rule's own, whatever "
     "the Namespaces grant (and do not watch Namespaces).",
+)
+@click.option(
+    "--allow-insecure-cluster-tls",
+    is_flag=True,
+    help="Accept ClusterProvider kubeconfigs with insecure-skip-tls-verify or an http:// server.",
 )
 @click.option(
     "--replica-id",
@@ -214,8 +227,10 @@ def run(
     metrics_addr: str,
     log_level: str,
     allow_file_urls: bool,
+    deny_private_networks: bool,
     probe_interval: float,
     no_cross_namespace_sources: bool,
+    allow_insecure_cluster_tls: bool,
     replica_id: str,
     lease_namespace: str,
     lease_duration: float,
@@ -223,6 +238,7 @@ def run(
 ) -> None:
     """Run the operator until SIGTERM/SIGINT; pending writes are flushed on the way out."""
     klog.configure(log_level)
+    set_network_policy(NetworkPolicy(deny_private=deny_private_networks))
     for many in ("audit_extra_routes", "webhook_client_cns"):
         attribution[many] = tuple(attribution[many])
     attribution_options = AttributionOptions(**attribution)
@@ -236,6 +252,7 @@ def run(
         allow_file_urls=allow_file_urls,
         probe_interval=probe_interval,
         cross_namespace_sources=not no_cross_namespace_sources,
+        allow_insecure_cluster_tls=allow_insecure_cluster_tls,
         sharing=Sharing(replica_id, lease_namespace, lease_duration),
         attribution_options=attribution_options,
     )

@@ -25,6 +25,7 @@ def crds(controlplane: ControlPlane) -> ControlPlane:
         "watchrules",
         "clusterwatchrules",
         "commitrequests",
+        "clusterproviders",
     ):
         controlplane.kubectl(
             "wait", "--for=condition=Established", f"crd/{plural}.kubescribe.io", "--timeout=30s"

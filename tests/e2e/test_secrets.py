@@ -7,6 +7,7 @@ A real kube-apiserver, the operator process, a bare Git remote, and the real `so
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import subprocess
@@ -17,10 +18,18 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography.exceptions import InvalidTag
 
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.secrets.age import generate_identity, parse_identities, recipient_of
+from kubescribe.secrets import _cipher
+from kubescribe.secrets import sops as sops_module
+from kubescribe.secrets.age import (
+    generate_identity,
+    load_identities,
+    parse_identities,
+    recipient_of,
+)
 from tests.e2e.mirror_objects import configmap, provider, target, watch_rule
 from tests.support import Operator, condition, manifest, wait_for
 
@@ -31,6 +40,7 @@ SECRET_RULE = {"apiGroups": [""], "resources": ["secrets"]}
 CM_RULE = {"apiGroups": [""], "resources": ["configmaps"]}
 CANARY = "canary-7d1e5a0b-plaintext"
 CANARY_2 = "canary-2c9f44e1-plaintext"
+LABEL_CANARY = "lbl-canary-5b7e03c1"
 
 
 def b64(text: str) -> str:
@@ -113,16 +123,29 @@ def wait_cond(cp: ControlPlane, ns: str, ctype: str, status: str, reason: str) -
 
 
 def assert_never_in_plaintext(remote: BareRemote, operators: list[Operator], *values: str) -> None:
-    """Neither the value nor its base64 form (as Secret data holds it) anywhere in the whole
-    Git history or in the operator's logs."""
+    """Neither the value nor its base64 form (as Secret data holds it) in any object of the
+    remote (every branch, and objects no branch reaches), in the operator's logs and metrics,
+    or in the status and Events of the kubescribe objects."""
+    objects = subprocess.run(
+        ["git", "cat-file", "--batch-all-objects", "--batch", "--unordered"],
+        cwd=remote.path,
+        capture_output=True,
+        check=True,
+    ).stdout.decode(errors="replace")
     history = git("log", "-p", "--all", cwd=remote.path)
     logs = "".join(op.logs() for op in operators)
+    cp = operators[0].cp
+    api = cp.kubectl("get", "gittargets,gitproviders,watchrules,events", "-A", "-o", "json").stdout
+    metrics = "".join(op.metrics() for op in operators if op.proc and op.proc.poll() is None)
     assert history
     assert logs
     for value in values:
         for form in (value, b64(value)):
+            assert form not in objects, "plaintext in a Git object"
             assert form not in history, "plaintext in Git history"
             assert form not in logs, "plaintext in the operator's logs"
+            assert form not in api, "plaintext in a status or an Event"
+            assert form not in metrics, "plaintext in the metrics"
 
 
 def refused(op: Operator, reason: str) -> float:
@@ -141,7 +164,11 @@ def test_secret_is_encrypted_stable_and_never_in_plaintext(
 ) -> None:
     cp, ns = crds, namespace
     first = operator()
-    cp.apply(manifest(secret("db", ns, user="app", password=CANARY)))
+    db = secret("db", ns, user="app", password=CANARY)
+    # Tools keep whole manifests in annotations, and checksums of values in labels.
+    db["metadata"]["annotations"] = {"kapp.k14s.io/original": json.dumps(db)}
+    db["metadata"]["labels"] = {"checksum": LABEL_CANARY}
+    cp.apply(manifest(db))
     setup(
         cp,
         ns,
@@ -165,10 +192,15 @@ def test_secret_is_encrypted_stable_and_never_in_plaintext(
     assert recipient_of(identity) in remote.read("mirror/.sops.yaml")
 
     written = remote.read(path)
-    assert sops_decrypt(written, identity, tmp_path / "a")["data"] == {
-        "password": b64(CANARY),
-        "user": b64("app"),
-    }
+    plain = sops_decrypt(written, identity, tmp_path / "a")
+    assert plain["data"] == {"password": b64(CANARY), "user": b64("app")}
+    assert plain["metadata"]["annotations"] == db["metadata"]["annotations"]
+    assert plain["metadata"]["labels"] == db["metadata"]["labels"]
+    visible = yaml.safe_load(written)["metadata"]  # keys stay readable for reviews
+    assert (list(visible["annotations"]), list(visible["labels"])) == (
+        ["kapp.k14s.io/original"],
+        ["checksum"],
+    )
 
     # An update re-encrypts only the value that changed.
     cp.kubectl(
@@ -201,7 +233,7 @@ def test_secret_is_encrypted_stable_and_never_in_plaintext(
     cp.kubectl("delete", "secret", "db", "-n", ns)
     wait_for(lambda: path not in remote.files(), what="deleted Secret file")
     assert remote.log()[0]["message"] == f"DELETE Secret {ns}/db"
-    assert_never_in_plaintext(remote, [first, second], CANARY, CANARY_2)
+    assert_never_in_plaintext(remote, [first, second], CANARY, CANARY_2, LABEL_CANARY)
 
 
 def test_without_encryption_secrets_are_refused_and_the_rest_flows(
@@ -283,7 +315,7 @@ def test_adding_a_recipient_reencrypts_existing_documents(
     assert log[0]["message"] == ("Re-encrypt 3 documents for 2 age recipients\n\nUpdate .sops.yaml")
     for i, path in enumerate(paths):
         after = remote.read(path)
-        assert enc_values(after) == enc_values(before[path])  # same data key, same values
+        assert enc_values(after) != enc_values(before[path])  # a new data key for the new set
         assert sops_decrypt(after, bob, tmp_path / f"bob-{i}")["metadata"]["name"] in path
     assert sops_decrypt(remote.read(paths[0]), bob, tmp_path / "bob")["data"] == {
         "token": b64(CANARY)
@@ -299,6 +331,77 @@ def test_adding_a_recipient_reencrypts_existing_documents(
 
     wait_for(lambda: len(recipients()) == 2, what="status recipients")
     assert recipients() == [bob_recipient, alice_recipient]
+    assert_never_in_plaintext(remote, [op], CANARY, CANARY_2)
+
+
+def sops_encrypt(plain: dict[str, Any], recipient: str, workdir: Path) -> str:
+    """Encrypt with the real sops binary to a public key, as a repo writer without the
+    private key can."""
+    assert SOPS is not None, "sops binary not found next to python"
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / "plain.yaml"
+    path.write_text(yaml.safe_dump(plain, sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SOPS_")}
+    env.update(HOME=str(workdir))
+    args = ["--age", recipient, "--encrypted-regex", "^(data|stringData)$", str(path)]
+    done = subprocess.run(
+        [SOPS, "--disable-version-check", "encrypt", *args],
+        env=env,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def opens_any_value(data: str, key: bytes) -> bool:
+    """Whether `key` (a data key) decrypts any value of a sops Secret file."""
+    for name, value in enc_values(data).items():
+        enc = _cipher.parse(value)
+        assert enc is not None
+        try:
+            _cipher.decrypt(key, enc, f"data:{name}:")
+            return True
+        except InvalidTag:
+            continue
+    return False
+
+
+def test_a_planted_file_never_chooses_the_data_key(
+    crds: ControlPlane,
+    namespace: str,
+    remote: BareRemote,
+    operator: Callable[..., Operator],
+    tmp_path: Path,
+) -> None:
+    cp, ns = crds, namespace
+    identity, recipient = generate_identity()
+    cp.apply(manifest(key_secret("age-key", ns, identity), secret("db", ns, password=CANARY)))
+    op = operator()
+    setup(cp, ns, remote, SECRET_RULE, encryption={"ageKeySecretRef": {"name": "age-key"}})
+    path = secret_path(ns, "db")
+    wait_for(lambda: path in remote.files(), what="encrypted Secret")
+
+    # A repo writer with no private key plants a file for the operator's public recipient,
+    # under a data key sops chose for it (read here with the identity; the writer knows it).
+    fake = secret("db", ns)
+    fake["data"] = {"password": b64("attacker-chosen")}
+    del fake["stringData"]
+    planted = sops_encrypt(fake, recipient, tmp_path / "attacker")
+    their_key = sops_module._open(planted.encode(), load_identities([identity])).key
+    assert opens_any_value(planted, their_key)
+    remote.commit_foreign(path, planted, "Plant a file under a chosen data key")
+
+    cp.kubectl(
+        "patch", "secret", "db", "-n", ns, "-p", f'{{"stringData":{{"password":"{CANARY_2}"}}}}'
+    )
+    wait_for(lambda: remote.log()[0]["message"] == f"UPDATE Secret {ns}/db", what="update")
+    written = remote.read(path)
+    assert not opens_any_value(written, their_key)
+    assert sops_decrypt(written, identity, tmp_path / "op")["data"] == {"password": b64(CANARY_2)}
     assert_never_in_plaintext(remote, [op], CANARY, CANARY_2)
 
 

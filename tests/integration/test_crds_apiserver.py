@@ -311,6 +311,55 @@ def test_invalid_specs_are_rejected_by_the_api_server(
 
 
 @pytest.mark.parametrize(
+    "path",
+    [
+        "x/.git",
+        ".GIT",
+        "git~1",
+        "a/.git./b",
+        "a/.git::$INDEX_ALLOCATION",
+        ".g\u200cit/x",
+        "apps/.gitmodules",
+        "GITMOD~1",
+        "x\\.git",
+    ],
+)
+def test_paths_git_refuses_are_rejected_by_the_api_server(
+    cp: ControlPlane, namespace: str, path: str
+) -> None:
+    done = _apply(cp, "GitTarget", TARGET | {"path": path}, namespace, name=f"{namespace}-git")
+    assert done.returncode != 0, f"path {path!r} was accepted"
+    assert "spec.path" in done.stderr, done.stderr
+    assert "segment Git refuses" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("placement", "field"),
+    [
+        ({"default": "{namespace}/.git/{name}.yaml"}, "spec.placement.default"),
+        (
+            {"types": [{"resource": "pods", "template": "git~1/{name}.yaml"}]},
+            "spec.placement.types[0].template",
+        ),
+    ],
+)
+def test_templates_with_a_segment_git_refuses_are_rejected_by_the_api_server(
+    cp: ControlPlane, namespace: str, placement: dict[str, Any], field: str
+) -> None:
+    spec = TARGET | {"placement": placement}
+    done = _apply(cp, "GitTarget", spec, namespace, name=f"{namespace}-tpl")
+    assert done.returncode != 0, f"placement {placement} was accepted"
+    assert field in done.stderr, done.stderr
+    assert "segment Git refuses" in done.stderr
+
+
+def test_names_that_only_look_like_git_are_accepted(cp: ControlPlane, namespace: str) -> None:
+    spec = TARGET | {"path": ".github/x.git/.gitkeep/git~2", "placement": {"default": ".git.yaml"}}
+    done = _apply(cp, "GitTarget", spec, namespace, name=f"{namespace}-ok")
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
     ("kind", "spec", "change"),
     [
         ("GitProvider", PROVIDER, {"url": "https://git.example/org/other.git"}),

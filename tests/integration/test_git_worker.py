@@ -589,3 +589,72 @@ def test_local_push_never_overwrites_a_foreign_commit(tmp_path: Path, remote: Ba
     repo.push("main", again, new_base)
     assert [c["sha"] for c in remote.log()[:2]] == [str(again), foreign]
     assert "kubescribe" not in git("for-each-ref", cwd=remote.path)
+
+
+class _NamedLayout(Layout):
+    """Puts documents whose name starts with `bad` at a path taken from the name: what a
+    GitTarget could not configure through the CRD, to prove the worker isolates it anyway."""
+
+    def path_for(self, identity: Identity, rtype: ResourceType, *, encrypted: bool = False) -> str:
+        if identity.name.startswith("bad"):
+            return identity.name.removeprefix("bad").replace("|", "/") + ".yaml"
+        return super().path_for(identity, rtype, encrypted=encrypted)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["bad.git|x", "badx|GIT~1|y", "bad.g\u200cit|x", "badx|a\0b"],
+    ids=["dotgit", "ntfs", "hfs", "libgit2-refuses"],
+)
+async def test_an_unwritable_document_turns_only_its_target_red(
+    remote: BareRemote, make: Callable[..., Harness], bad: str
+) -> None:
+    """One target's document Git will not store is refused with InvalidPath and stays listed
+    as failing; the other target on the branch, and the target's other documents, are
+    committed and pushed as usual."""
+    other = TargetKey("team", "other")
+    broken = TargetConfig(TARGET, FOLDER, _NamedLayout(), PruneMode.ALWAYS, PlainRenderer())
+    h = make(broken, target(key=other, folder="clusters/prod"))
+    docs = {ident(bad): document(bad), ident("fine"): document("fine")}
+    await h.settle(snapshot(docs), upsert("a", target=other))
+    assert set(remote.files()) == {path_of("fine"), path_of("a", folder="clusters/prod")}
+    [(identity, reason, message)] = h.last(TARGET).failing
+    assert (identity, reason) == (ident(bad), "InvalidPath")
+    assert message.startswith(FOLDER + "/")
+    assert "not written" in h.last(TARGET).message
+    assert not h.last(other).failing
+
+    await h.settle(upsert("b", target=other))  # the branch keeps moving
+    assert path_of("b", folder="clusters/prod") in remote.files()
+    await h.settle(upsert("fine", op=Operation.UPDATE, k="2"))
+    assert read_doc(remote, path_of("fine"))["data"] == {"k": "2"}
+    assert [f[:2] for f in h.last(TARGET).failing] == [(ident(bad), "InvalidPath")]
+
+    await h.settle(delete(bad))  # gone from the cluster: nothing left that fails
+    assert h.last(TARGET).failing == []
+
+
+async def test_a_target_folder_git_refuses_blocks_only_that_target(
+    remote: BareRemote, make: Callable[..., Harness]
+) -> None:
+    other = TargetKey("team", "other")
+    broken = target()
+    object.__setattr__(broken, "folder", "clusters/.git")  # a path stored before the CRD rule
+    h = make(broken, target(key=other, folder="clusters/prod"))
+    await h.settle(upsert("a"), upsert("a", target=other))
+    assert set(remote.files()) == {path_of("a", folder="clusters/prod")}
+    assert [f[:2] for f in h.last(TARGET).failing] == [(ident("a"), "InvalidPath")]
+    assert h.last(other).ok
+
+
+async def test_a_document_already_at_an_hfs_spelling_of_git_is_edited_in_place(
+    remote: BareRemote, make: Callable[..., Harness]
+) -> None:
+    """The refusal is about new paths: a file someone committed at a path that only a
+    strict server would refuse is still the document's home."""
+    odd = f"{FOLDER}/.g\u200cit/a.yaml"
+    remote.commit_foreign(odd, dump_yaml(order_document(document("a", k="1"))), "Put by hand")
+    h = make()
+    await h.settle(upsert("a", op=Operation.UPDATE, k="2"))
+    assert read_doc(remote, odd)["data"] == {"k": "2"}
+    assert h.last().failing == []

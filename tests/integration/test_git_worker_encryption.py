@@ -7,13 +7,14 @@ import base64
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import yaml
 
 from kubescribe.controller.encryption import REENCRYPT_FAILED, SopsRenderer
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.mirror.changes import Operation, PruneMode
 from kubescribe.secrets.age import generate_identity
-from kubescribe.secrets.sops import decrypt_document, inspect_document
+from kubescribe.secrets.sops import NoMatchingKeyError, decrypt_document, inspect_document
 from tests.integration import test_git_worker
 from tests.integration.test_git_worker import (
     FOLDER,
@@ -82,7 +83,8 @@ async def test_a_recipient_change_reencrypts_every_document_in_one_commit(
     before = {name: values(remote, name) for name in ("a", "b")}
     commits = len(remote.log())
 
-    h.worker.configure([target(PruneMode.NEVER, renderer=sops(ALICE, BOB))])  # no new item
+    with_bob = SopsRenderer(recipients=[ALICE[1], BOB[1]], identities=[ALICE[0]])
+    h.worker.configure([target(PruneMode.NEVER, renderer=with_bob)])  # no new item
     await until(lambda: len(remote.log()) > commits, "re-encryption commit")
     log = remote.log()
     assert len(log) == commits + 1
@@ -91,18 +93,21 @@ async def test_a_recipient_change_reencrypts_every_document_in_one_commit(
         data = remote.read(secret_path(name)).encode()
         assert set(inspect_document(data).recipients) == {ALICE[1], BOB[1]}
         assert decrypt_document(data, [BOB[0]])["metadata"]["name"] == name
-        assert values(remote, name) == before[name]  # values keep their ciphertext
+        assert values(remote, name) != before[name]  # a new data key for the new set
     assert BOB[1] in remote.read(CONFIG)
     assert path_of("plain") in remote.files()
 
-    # Removing a recipient rotates the data key: every value is encrypted again.
-    h.worker.configure([target(PruneMode.NEVER, renderer=sops(BOB))])
+    # Removing one rotates the data key as well: every value is encrypted again.
+    only_alice = SopsRenderer(recipients=[ALICE[1]], identities=[ALICE[0]])
+    h.worker.configure([target(PruneMode.NEVER, renderer=only_alice)])
     await until(lambda: len(remote.log()) > commits + 1, "second re-encryption")
     assert remote.log()[0]["message"].startswith("Re-encrypt 2 documents for 1 age recipient\n")
     data = remote.read(secret_path("a")).encode()
-    assert inspect_document(data).recipients == (BOB[1],)
+    assert inspect_document(data).recipients == (ALICE[1],)
     assert values(remote, "a")["k"] != before["a"]["k"]
-    assert decrypt_document(data, [BOB[0]])["data"] == {"k": "MQ=="}
+    assert decrypt_document(data, [ALICE[0]])["data"] == {"k": "MQ=="}
+    with pytest.raises(NoMatchingKeyError):
+        decrypt_document(data, [BOB[0]])
 
 
 async def test_files_it_cannot_open_are_reported_once_and_left_alone(

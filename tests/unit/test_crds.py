@@ -48,6 +48,7 @@ def test_one_crd_per_kind_with_names_and_scope() -> None:
         "WatchRule",
         "ClusterWatchRule",
         "CommitRequest",
+        "ClusterProvider",
     ]
     expected = {
         "GitProvider": ("gitproviders", "gp", "Namespaced"),
@@ -55,6 +56,7 @@ def test_one_crd_per_kind_with_names_and_scope() -> None:
         "WatchRule": ("watchrules", "wr", "Namespaced"),
         "ClusterWatchRule": ("clusterwatchrules", "cwr", "Cluster"),
         "CommitRequest": ("commitrequests", "creq", "Namespaced"),
+        "ClusterProvider": ("clusterproviders", "clp", "Cluster"),
     }
     for kind, (plural, short, scope) in expected.items():
         crd = CRDS[kind]

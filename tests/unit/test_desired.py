@@ -201,3 +201,100 @@ def test_a_rule_whose_every_source_is_refused_reports_the_refusal_not_no_match()
     assert r.problem is None
     assert r.source_problem is not None
     assert plan.streams == {}
+
+
+# --- ClusterProviders -------------------------------------------------------------------------
+
+REMOTE_TYPES = {"east": TYPES}
+
+
+def cluster_provider(name: str, allowed: list[str], **spec: Any) -> dict[str, Any]:
+    return {
+        "kind": "ClusterProvider",
+        "metadata": {"name": name, "generation": 1},
+        "spec": {
+            "kubeconfigSecretRef": {"namespace": "ops", "name": f"{name}-kubeconfig"},
+            "allowedNamespaces": allowed,
+            **spec,
+        },
+    }
+
+
+def remote_rule(name: str, target_name: str, cluster: str) -> dict[str, Any]:
+    return obj(
+        "WatchRule",
+        name,
+        {
+            "targetRef": {"name": target_name},
+            "clusterRef": {"name": cluster},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "sourceNamespace": "app"}],
+        },
+    )
+
+
+def remote_plan(*rules: dict[str, Any], allowed: list[str], **spec: Any) -> Any:
+    return compile_plan(
+        [provider()],
+        [target("t", "a"), target("u", "b")],
+        list(rules),
+        [],
+        TYPES,
+        DEFAULT_NOISE_POLICY,
+        grants={},
+        cluster_providers=[cluster_provider("east", allowed, **spec)],
+        remote_discovered=REMOTE_TYPES,
+    )
+
+
+def test_a_cluster_provider_is_denied_to_namespaces_it_does_not_allow() -> None:
+    plan = remote_plan(remote_rule("r", "t", "east"), allowed=["other"])
+    problem = plan.rules[("WatchRule", ("ns", "r"))].problem
+    assert problem is not None
+    assert problem.reason == "ClusterNotAllowed"
+    assert plan.streams == {}
+
+
+def test_an_allowed_cluster_streams_from_its_namespace_with_its_audit_route() -> None:
+    plan = remote_plan(remote_rule("r", "t", "east"), allowed=["ns"], auditRoute="east")
+    [stream] = plan.streams.values()
+    assert (stream.cluster, stream.namespace, stream.audit_route) == ("east", "app", "east")
+    assert plan.targets[TargetKey("ns", "t")].layout.cluster == "east"
+    assert plan.rules[("WatchRule", ("ns", "r"))].source_problem is None  # its grant covers it
+
+
+def test_a_remote_cluster_without_an_audit_route_never_borrows_the_local_one() -> None:
+    plan = remote_plan(remote_rule("r", "t", "east"), allowed=["*"])
+    [stream] = plan.streams.values()
+    assert stream.audit_route not in ("", "local")
+
+
+def test_a_target_mirrors_one_cluster() -> None:
+    plan = remote_plan(remote_rule("a-remote", "t", "east"), rule("b-local", "t"), allowed=["ns"])
+    problem = plan.rules[("WatchRule", ("ns", "b-local"))].problem
+    assert problem is not None
+    assert problem.reason == "ClusterConflict"
+    assert {s.cluster for s in plan.streams.values()} == {"east"}
+
+
+def test_a_cluster_not_reached_yet_waits() -> None:
+    plan = compile_plan(
+        [provider()],
+        [target("t", "a")],
+        [remote_rule("r", "t", "east")],
+        [],
+        TYPES,
+        DEFAULT_NOISE_POLICY,
+        cluster_providers=[cluster_provider("east", ["ns"])],
+    )
+    problem = plan.rules[("WatchRule", ("ns", "r"))].problem
+    assert problem is not None
+    assert problem.reason == "ClusterNotReady"
+
+
+def test_a_stored_path_git_refuses_is_invalid_path() -> None:
+    """A GitTarget stored before the CRD refused `.git` segments never reaches a worker."""
+    plan = compile_plan([provider()], [target("t", "x/.GIT")], [], [], TYPES, DEFAULT_NOISE_POLICY)
+    t = plan.targets[TargetKey("ns", "t")]
+    assert t.problem is not None
+    assert t.problem.reason == "InvalidPath"
+    assert not t.writable

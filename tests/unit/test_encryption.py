@@ -7,6 +7,7 @@ Pure and fast, except that files are also read back (and `.sops.yaml` applied) w
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import subprocess
@@ -17,19 +18,27 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography.exceptions import InvalidTag
 
 from kubescribe.api.models import SensitiveType
+from kubescribe.controller.desired import Plan
 from kubescribe.controller.encryption import (
     ENCRYPTION_FAILED,
     ENCRYPTION_MISSING,
+    Resolution,
     SopsRenderer,
+    _resyncs,
     unencrypted_renderer,
 )
+from kubescribe.controller.streams import StreamSpec
 from kubescribe.git.targets import Encrypting, PlainRenderer, RefusedContent
+from kubescribe.mirror.changes import TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.layout import Layout
+from kubescribe.secrets import _cipher
+from kubescribe.secrets import sops as sops_module
 from kubescribe.secrets._re2 import compile_re2
-from kubescribe.secrets.age import generate_identity
+from kubescribe.secrets.age import generate_identity, load_identities
 from kubescribe.secrets.policy import (
     PolicyError,
     compile_rules,
@@ -49,6 +58,7 @@ CANARY = "canary-9f3b2c"
 CANARY_B64 = base64.b64encode(CANARY.encode()).decode()
 ALICE = generate_identity()
 BOB = generate_identity()
+CAROL = generate_identity()
 
 
 class Clock:
@@ -107,6 +117,34 @@ def run_sops(args: list[str], cwd: Path, identity: str | None = None) -> bytes:
     return proc.stdout
 
 
+def data_key(data: bytes, identity: str = ALICE[0]) -> bytes:
+    """The data key a sops file's stanzas wrap (a test's view; the operator never logs it)."""
+    return sops_module._open(data, load_identities([identity])).key
+
+
+def opens_any_value(data: bytes, key: bytes) -> bool:
+    """Whether ``key`` decrypts any encrypted value of a sops Secret file."""
+    for name, value in yaml.safe_load(data)["data"].items():
+        enc = _cipher.parse(value)
+        assert enc is not None
+        try:
+            _cipher.decrypt(key, enc, f"data:{name}:")
+            return True
+        except InvalidTag:
+            continue
+    return False
+
+
+def planted(tmp_path: Path, recipient: str, **data: str) -> bytes:
+    """A Secret file a repo writer made with the real sops binary, with no private key."""
+    path = tmp_path / "planted.yaml"
+    path.write_text(yaml.safe_dump(secret(**data), sort_keys=False))
+    regex = "^(data|stringData)$"
+    return run_sops(
+        ["encrypt", "--age", recipient, "--encrypted-regex", regex, str(path)], tmp_path
+    )
+
+
 # --- the renderer -----------------------------------------------------------------------------
 
 
@@ -139,7 +177,7 @@ def test_a_secret_is_encrypted_for_sops_with_the_kubernetes_rule(tmp_path: Path)
     assert CANARY_B64.encode() not in data
     text = data.decode()
     assert text.startswith("apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\n")
-    assert "encrypted_regex: ^(data|stringData)$" in text
+    assert "encrypted_regex: ^(data|stringData|annotations|labels)$" in text
     assert "type: Opaque" in text  # only data and stringData are encrypted
     assert set(inspect_document(data).recipients) == {ALICE[1], BOB[1]}
     assert decrypt_document(data, [BOB[0]]) == secret(password=CANARY)
@@ -147,6 +185,27 @@ def test_a_secret_is_encrypted_for_sops_with_the_kubernetes_rule(tmp_path: Path)
     path.write_bytes(data)
     plain = run_sops(["decrypt", str(path)], tmp_path, identity=ALICE[0])
     assert yaml.safe_load(plain)["data"] == {"password": CANARY_B64}
+
+
+@needs_sops
+def test_label_and_annotation_values_are_encrypted_and_their_keys_stay(tmp_path: Path) -> None:
+    label_canary = "lbl-4e1f9a"  # a valid label value
+    doc = secret(password=CANARY)
+    doc["metadata"]["labels"]["checksum"] = label_canary
+    copy = json.dumps({"kind": "Secret", "stringData": {"password": CANARY}})
+    doc["metadata"]["annotations"] = {"kapp.k14s.io/original": copy, "note": "note-7c2d"}
+    data = renderer().render(ident(SECRETS), SECRETS, doc, None)
+    for value in (CANARY, CANARY_B64, label_canary, "note-7c2d"):
+        assert value.encode() not in data
+    written = yaml.safe_load(data)["metadata"]
+    assert (written["name"], written["namespace"]) == ("db", "demo")
+    assert sorted(written["labels"]) == ["app", "checksum"]
+    assert sorted(written["annotations"]) == ["kapp.k14s.io/original", "note"]
+    assert all(v.startswith("ENC[AES256_GCM,") for v in written["annotations"].values())
+    path = tmp_path / "db.sops.yaml"
+    path.write_bytes(data)
+    plain = yaml.safe_load(run_sops(["decrypt", str(path)], tmp_path, identity=ALICE[0]))
+    assert plain["metadata"] == doc["metadata"]
 
 
 def test_unchanged_plaintext_keeps_the_file_and_a_change_only_its_value() -> None:
@@ -163,6 +222,38 @@ def test_unchanged_plaintext_keeps_the_file_and_a_change_only_its_value() -> Non
         renderer().render(ident(SECRETS), SECRETS, secret(user="app", password="other"), changed)
         == changed
     )
+
+
+@needs_sops
+@pytest.mark.parametrize("same_value", [False, True])
+def test_a_planted_file_lends_no_data_key(tmp_path: Path, same_value: bool) -> None:
+    planted_value = CANARY if same_value else "attacker-chosen"
+    theirs = planted(tmp_path, ALICE[1], password=planted_value, user="app")
+    their_key = data_key(theirs)  # the repo writer knows it: sops chose it for them
+    for r in (renderer(), renderer(identities=False)):
+        out = r.render(ident(SECRETS), SECRETS, secret(password=CANARY, user="app"), theirs)
+        # Kept, the file would confirm a guessed value; reused, the key would open the new one.
+        assert out != theirs
+        assert not opens_any_value(out, their_key)
+        assert data_key(out) != their_key
+        path = tmp_path / "out.sops.yaml"
+        path.write_bytes(out)
+        plain = run_sops(["decrypt", str(path)], tmp_path, identity=ALICE[0])
+        assert yaml.safe_load(plain)["data"]["password"] == CANARY_B64
+    # Nor is its content ever re-encrypted under the operator's key (when recipients change).
+    with pytest.raises(RefusedContent, match="not the operator's") as refused:
+        renderer(ALICE, BOB).rekey(ident(SECRETS), theirs)
+    assert refused.value.reason == "ReencryptFailed"
+
+
+def test_the_data_key_is_the_operators_own_per_document_and_recipient_set() -> None:
+    doc = secret(password=CANARY)
+    first = renderer().render(ident(SECRETS), SECRETS, doc, None)
+    assert data_key(first) == data_key(renderer().render(ident(SECRETS), SECRETS, doc, None))
+    other_doc = renderer().render(ident(SECRETS, "other"), SECRETS, doc, None)
+    assert data_key(other_doc) != data_key(first)
+    other_key = renderer(BOB).render(ident(SECRETS), SECRETS, doc, None)
+    assert data_key(other_key, BOB[0]) != data_key(first)
 
 
 def test_without_an_identity_stability_holds_for_the_process_only() -> None:
@@ -196,7 +287,7 @@ def test_paths_encrypt_the_named_keys_wherever_they_are(tmp_path: Path) -> None:
     written = yaml.safe_load(data)
     assert written["spec"]["size"] == 3
     assert written["spec"]["credentials"]["token"].startswith("ENC[AES256_GCM,")
-    assert written["sops"]["encrypted_regex"] == "^(credentials)$"
+    assert written["sops"]["encrypted_regex"] == "^(credentials|annotations|labels)$"
     path = tmp_path / "w.sops.yaml"
     path.write_bytes(data)
     assert yaml.safe_load(run_sops(["decrypt", str(path)], tmp_path, ALICE[0])) == doc
@@ -219,7 +310,7 @@ def test_whole_document_encrypts_everything_but_the_header() -> None:
     assert ",type:bool]" in written["immutable"]
     assert CANARY.encode() not in data
     assert CANARY_B64.encode() not in data
-    assert written["sops"]["encrypted_regex"] == "^(binaryData|data|immutable)$"
+    assert written["sops"]["encrypted_regex"] == "^(binaryData|data|immutable|annotations|labels)$"
     clash = {**doc, "name": "top-level field called name"}
     with pytest.raises(RefusedContent) as refused:
         renderer(rules=rules).render(ident(CONFIGMAPS, "c"), CONFIGMAPS, clash, None)
@@ -239,23 +330,51 @@ def test_a_value_sops_cannot_hold_is_refused_naming_only_its_path() -> None:
 # --- re-encryption and .sops.yaml (the worker's Encrypting extension) ----------------------
 
 
-def test_adding_a_recipient_keeps_every_value_ciphertext() -> None:
+def test_adding_a_recipient_rotates_the_data_key() -> None:
     old = renderer(ALICE).render(ident(SECRETS), SECRETS, secret(a="1", b=CANARY), None)
     both = renderer(ALICE, BOB)
     assert isinstance(both, Encrypting)
     assert both.recipients_of(old) == frozenset({ALICE[1]})
     new = both.rekey(ident(SECRETS), old)
-    assert enc_values(new) == enc_values(old)
+    assert data_key(new) != data_key(old)
     assert both.recipients_of(new) == frozenset({ALICE[1], BOB[1]})
     assert decrypt_document(new, [BOB[0]]) == secret(a="1", b=CANARY)
+    # Stable from then on, also for a restarted operator.
+    assert both.render(ident(SECRETS), SECRETS, secret(a="1", b=CANARY), new) == new
+    assert renderer(BOB, ALICE).render(ident(SECRETS), SECRETS, secret(a="1", b=CANARY), new) == new
+    # A rotation: a third identity joins; the files are still provably the operator's.
+    assert renderer(ALICE, BOB, CAROL).rekey(ident(SECRETS), new) != new
 
 
 def test_removing_a_recipient_rotates_the_data_key() -> None:
-    old = renderer(ALICE, BOB).render(ident(SECRETS), SECRETS, secret(a="1"), None)
+    with_bob = SopsRenderer(recipients=[ALICE[1], BOB[1]], identities=[ALICE[0]], clock=Clock())
+    old = with_bob.render(ident(SECRETS), SECRETS, secret(a="1"), None)
     new = renderer(ALICE).rekey(ident(SECRETS), old)
     assert enc_values(new)["a"] != enc_values(old)["a"]
+    assert data_key(new) != data_key(old)
     assert inspect_document(new).recipients == (ALICE[1],)
     assert decrypt_document(new, [ALICE[0]]) == secret(a="1")
+
+
+def test_removing_an_identity_re_renders_the_sensitive_streams() -> None:
+    # Its data keys cannot be derived any more: the worker cannot prove (and so re-encrypt)
+    # the files, and the documents are written afresh from the cluster instead.
+    target = TargetKey("demo", "mirror")
+    streams = [
+        StreamSpec(target, rtype, "demo", (None,), frozenset()) for rtype in (SECRETS, CONFIGMAPS)
+    ]
+    plan = Plan(streams={s.key: s for s in streams})
+
+    def resolved(*keys: tuple[str, str], identities: int) -> Resolution:
+        r = SopsRenderer(
+            recipients=[k[1] for k in keys], identities=[k[0] for k in keys[:identities]]
+        )
+        return Resolution(r, None, True)
+
+    both = resolved(ALICE, BOB, identities=2)
+    assert _resyncs(both, resolved(ALICE, BOB, identities=2), plan, target) == set()
+    assert _resyncs(resolved(ALICE, identities=1), both, plan, target) == set()  # rekey does it
+    assert _resyncs(both, resolved(ALICE, identities=1), plan, target) == {streams[0].key}
 
 
 def test_without_an_identity_files_are_not_re_encrypted_by_the_worker() -> None:
@@ -304,7 +423,10 @@ def test_sops_run_by_hand_in_the_folder_follows_the_operator(tmp_path: Path) -> 
         assert CANARY.encode() not in written
         assert CANARY_B64.encode() not in written
         assert set(inspect_document(written).recipients) == {ALICE[1], BOB[1]}
-    assert inspect_document(widget_path.read_bytes()).rule.encrypted_regex == "^(token)$"
+    assert (
+        inspect_document(widget_path.read_bytes()).rule.encrypted_regex
+        == "^(token|annotations|labels)$"
+    )
     assert yaml.safe_load(widget_path.read_bytes())["spec"]["n"] == "1"
 
 
@@ -324,10 +446,13 @@ def test_secrets_are_always_sensitive_and_can_only_be_widened() -> None:
     widened = compile_rules([SensitiveType(resource="secrets", paths=["metadata.annotations.x"])])
     assert widened[("", "secrets")].keys == ("data", "stringData", "x")
     doc = secret(a="1")
-    assert widened[("", "secrets")].rule_for(doc).encrypted_regex == "^(data|stringData|x)$"
+    assert (
+        widened[("", "secrets")].rule_for(doc).encrypted_regex
+        == "^(data|stringData|x|annotations|labels)$"
+    )
 
 
-def test_key_regex_is_literal_in_re2_and_python() -> None:
+def test_key_regex_is_literal_in_re2() -> None:
     pattern = compile_re2(key_regex(["tls.crt", "a+b", "plain"]))
     assert pattern.search("tls.crt")
     assert pattern.search("a+b")

@@ -6,6 +6,7 @@ import base64
 import hashlib
 import hmac
 import os
+import time
 
 import pygit2
 import pytest
@@ -190,6 +191,15 @@ def test_known_hosts_forms() -> None:
 def test_broken_known_hosts_line_is_an_error(line: str) -> None:
     with pytest.raises(InvalidCredentials, match="line 1"):
         parse_known_hosts(line)
+
+
+@pytest.mark.timeout(20)
+def test_a_hostile_host_pattern_matches_in_linear_time() -> None:
+    _, public, _ = _ed25519()
+    [entry] = parse_known_hosts(f"{'*a' * 12}b {public}")  # from a Secret a tenant writes
+    started = time.perf_counter()
+    assert not entry.matches("a" * 250)
+    assert time.perf_counter() - started < 0.1
 
 
 def test_key_type_must_match_the_blob() -> None:

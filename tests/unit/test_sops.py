@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -21,9 +22,11 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pyrage import x25519
 
 from kubescribe.mirror.yamlfmt import dump_yaml
 from kubescribe.secrets import _cipher, _goyaml, _shamir
@@ -48,6 +51,7 @@ needs_age = pytest.mark.skipif(AGE is None, reason="Debian `age` not installed (
 
 NOW = datetime(2026, 3, 4, 5, 6, 7, 890000, tzinfo=UTC)
 LATER = NOW + timedelta(hours=1)
+KEY = bytes(range(32))  # the data key a caller owns (the renderer derives its own)
 RULES = {
     "k8s-regex": CryptRule(),
     "default-suffix": SOPS_DEFAULT_RULE,
@@ -250,13 +254,36 @@ def test_rule_selection(rule: CryptRule, path: tuple[str, ...], expected: bool) 
         r"a\Z",
         r"a{1001}",
         r"(?x)a",
-        r"[[:alpha:]]",
-        r"\p{L}",
+        r"a\Cb",
+        "x" * 4097,
     ],
 )
 def test_rule_rejects_non_re2_regexes(regex: str) -> None:
     with pytest.raises(ValueError, match="regex"):
         CryptRule(encrypted_regex=regex)
+
+
+@pytest.mark.parametrize(
+    ("regex", "key", "expected"),
+    [
+        (r"^[[:alpha:]]+$", "data", True),
+        (r"^\p{L}+$", "dätä", True),
+        (r"^\pN$", "7", True),
+        (r"\\C", "\\C", True),  # an escaped backslash, then C
+        (r"^(?<n>data)$", "data", True),
+    ],
+)
+def test_rule_accepts_what_go_accepts(regex: str, key: str, expected: bool) -> None:
+    assert CryptRule(encrypted_regex=regex).encrypts((key,)) is expected
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("length", [27, 100_000])  # backtracking: 27 takes seconds
+def test_hostile_regexes_run_in_linear_time(length: int) -> None:
+    started = time.perf_counter()
+    assert not CryptRule(encrypted_regex="^(a+)+$").encrypts(("a" * length + "!",))
+    assert not CryptRule(encrypted_regex="(x+x+)+y").encrypts(("x" * length,))
+    assert time.perf_counter() - started < 0.1
 
 
 def test_rule_needs_exactly_one_setting() -> None:
@@ -571,41 +598,65 @@ def test_plain_value_where_ciphertext_is_expected(alice: tuple[str, str]) -> Non
 
 
 def test_unchanged_document_gives_identical_bytes(alice: tuple[str, str]) -> None:
-    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW)
+    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
     again = encrypt_document(
-        secret_doc(), [alice[1]], rule=CryptRule(), now=LATER, previous=first, identities=[alice[0]]
+        secret_doc(),
+        [alice[1]],
+        rule=CryptRule(),
+        now=LATER,
+        own_keys=[KEY],
+        previous=first,
+        identities=[alice[0]],
     )
     assert again == first
-    fresh = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW)
-    assert fresh != first  # new data key and IVs without a previous file
+    fresh = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
+    assert fresh != first  # new IVs without a previous file
 
 
 @needs_sops
 def test_one_changed_value_changes_only_its_ciphertext(
     tmp_path: Path, alice: tuple[str, str]
 ) -> None:
-    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW)
+    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
     doc = secret_doc()
     doc["data"]["password"] = "c2VjcmV0"
     second = encrypt_document(
-        doc, [alice[1]], rule=CryptRule(), now=LATER, previous=first, identities=[alice[0]]
+        doc,
+        [alice[1]],
+        rule=CryptRule(),
+        now=LATER,
+        own_keys=[KEY],
+        previous=first,
+        identities=[alice[0]],
     )
     assert changed_lines(first, second) == ["password", "lastmodified", "mac"]
     assert_json_equal(json.loads(sops_decrypt(second, alice[0], tmp_path, "json")), doc)
     doc["metadata"]["labels"]["tier"] = "no"  # unencrypted change: all ciphertexts stay
     third = encrypt_document(
-        doc, [alice[1]], rule=CryptRule(), now=NOW, previous=second, identities=[alice[0]]
+        doc,
+        [alice[1]],
+        rule=CryptRule(),
+        now=NOW,
+        own_keys=[KEY],
+        previous=second,
+        identities=[alice[0]],
     )
     assert changed_lines(second, third) == ["tier", "lastmodified", "mac"]
     assert decrypt_document(third, [alice[0]]) == doc
 
 
 def test_type_change_is_a_change(alice: tuple[str, str]) -> None:
-    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW)
+    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
     doc = secret_doc()
     doc["stringData"]["count"] = "3"
     second = encrypt_document(
-        doc, [alice[1]], rule=CryptRule(), now=LATER, previous=first, identities=[alice[0]]
+        doc,
+        [alice[1]],
+        rule=CryptRule(),
+        now=LATER,
+        own_keys=[KEY],
+        previous=first,
+        identities=[alice[0]],
     )
     assert changed_lines(first, second) == ["count", "lastmodified", "mac"]
     assert decrypt_document(second, [alice[0]])["stringData"]["count"] == "3"
@@ -613,19 +664,26 @@ def test_type_change_is_a_change(alice: tuple[str, str]) -> None:
 
 def test_duplicate_list_values_keep_their_ciphertexts(alice: tuple[str, str]) -> None:
     doc = {"stringData": {"l": ["same", "same", "other", "same"]}, "x": 1}
-    first = encrypt_document(doc, [alice[1]], rule=CryptRule(), now=NOW)
+    first = encrypt_document(doc, [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
     second = encrypt_document(
         {**doc, "x": 2},
         [alice[1]],
         rule=CryptRule(),
         now=LATER,
+        own_keys=[KEY],
         previous=first,
         identities=[alice[0]],
     )
     assert changed_lines(first, second) == ["x", "lastmodified", "mac"]
     doc3 = {"stringData": {"l": ["same", "same", "other", "same", "same"]}, "x": 2}
     third = encrypt_document(
-        doc3, [alice[1]], rule=CryptRule(), now=LATER, previous=second, identities=[alice[0]]
+        doc3,
+        [alice[1]],
+        rule=CryptRule(),
+        now=LATER,
+        own_keys=[KEY],
+        previous=second,
+        identities=[alice[0]],
     )
     assert third.splitlines()[:5] == second.splitlines()[:5]
     assert decrypt_document(third, [alice[0]]) == doc3
@@ -635,12 +693,13 @@ def test_duplicate_list_values_keep_their_ciphertexts(alice: tuple[str, str]) ->
 def test_recipient_added_and_removed(
     tmp_path: Path, alice: tuple[str, str], bob: tuple[str, str]
 ) -> None:
-    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW)
+    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
     both = encrypt_document(
         secret_doc(),
         [alice[1], bob[1]],
         rule=CryptRule(),
         now=LATER,
+        own_keys=[KEY],
         previous=first,
         identities=[alice[0]],
     )
@@ -653,7 +712,13 @@ def test_recipient_added_and_removed(
     assert_json_equal(json.loads(sops_decrypt(both, bob[0], tmp_path, "json")), secret_doc())
 
     only_bob = encrypt_document(
-        secret_doc(), [bob[1]], rule=CryptRule(), now=LATER, previous=both, identities=[bob[0]]
+        secret_doc(),
+        [bob[1]],
+        rule=CryptRule(),
+        now=LATER,
+        own_keys=[KEY],
+        previous=both,
+        identities=[bob[0]],
     )
     assert yaml.safe_load(only_bob)["sops"]["age"] == [after["sops"]["age"][1]]
     with pytest.raises(NoMatchingKeyError):
@@ -662,12 +727,13 @@ def test_recipient_added_and_removed(
 
 
 def test_rule_change_reencrypts(alice: tuple[str, str]) -> None:
-    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW)
+    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
     second = encrypt_document(
         secret_doc(),
         [alice[1]],
         rule=SOPS_DEFAULT_RULE,
         now=LATER,
+        own_keys=[KEY],
         previous=first,
         identities=[alice[0]],
     )
@@ -684,6 +750,7 @@ def test_unreadable_previous_encrypts_fresh(previous: bytes | None, alice: tuple
         [alice[1]],
         rule=CryptRule(),
         now=NOW,
+        own_keys=[KEY],
         previous=previous,
         identities=[alice[0]],
     )
@@ -693,26 +760,79 @@ def test_unreadable_previous_encrypts_fresh(previous: bytes | None, alice: tuple
 def test_previous_for_another_identity_encrypts_fresh(
     alice: tuple[str, str], bob: tuple[str, str]
 ) -> None:
-    first = encrypt_document(secret_doc(), [bob[1]], rule=CryptRule(), now=NOW)
+    first = encrypt_document(secret_doc(), [bob[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
     out = encrypt_document(
-        secret_doc(), [bob[1]], rule=CryptRule(), now=NOW, previous=first, identities=[alice[0]]
+        secret_doc(),
+        [bob[1]],
+        rule=CryptRule(),
+        now=NOW,
+        own_keys=[KEY],
+        previous=first,
+        identities=[alice[0]],
     )
     assert out != first
     assert yaml.safe_load(out)["data"]["password"] != yaml.safe_load(first)["data"]["password"]
     assert decrypt_document(out, [bob[0]]) == secret_doc()
 
 
+def opened_by(data: bytes, key: bytes) -> list[str]:
+    """The additional data (key paths, or the MAC's timestamp) of every value in a sops file
+    that ``key`` decrypts."""
+    doc = yaml.safe_load(data)
+    meta = doc.pop("sops")
+    found = []
+
+    def walk(value: Any, path: tuple[str, ...]) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, (*path, k))
+        elif isinstance(value, list):
+            for v in value:
+                walk(v, path)
+        elif isinstance(value, str) and (enc := _cipher.parse(value)) is not None:
+            ad = ":".join(path) + ":"
+            try:
+                _cipher.decrypt(key, enc, ad)
+                found.append(ad)
+            except InvalidTag:
+                pass
+
+    walk(doc, ())
+    mac = _cipher.parse(meta["mac"])
+    assert mac is not None
+    try:
+        _cipher.decrypt(key, mac, meta["lastmodified"])
+        found.append(meta["lastmodified"])
+    except InvalidTag:
+        pass
+    return found
+
+
 @needs_sops
-def test_file_written_by_sops_is_kept_when_unchanged(
+def test_a_file_under_a_key_the_caller_did_not_choose_lends_nothing(
     tmp_path: Path, alice: tuple[str, str]
 ) -> None:
+    # Anyone can encrypt to alice's public key, here with the real sops binary.
     theirs = sops_encrypt(
         dump_yaml(secret_doc()).encode(), alice[1], tmp_path, *rule_flags(CryptRule())
     )
-    kept = encrypt_document(
-        secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, previous=theirs, identities=[alice[0]]
+    their_key = sops_module._open(theirs, [x25519.Identity.from_str(alice[0])]).key
+    assert opened_by(theirs, their_key)
+    out = encrypt_document(
+        secret_doc(),
+        [alice[1]],
+        rule=CryptRule(),
+        now=NOW,
+        own_keys=[KEY],
+        previous=theirs,
+        identities=[alice[0]],
     )
-    assert kept == theirs
+    assert out != theirs  # same plaintext, yet not kept: keeping it would confirm a guess
+    assert opened_by(out, their_key) == []
+    assert yaml.safe_load(out)["sops"]["age"][0] != yaml.safe_load(theirs)["sops"]["age"][0]
+    assert_json_equal(json.loads(sops_decrypt(out, alice[0], tmp_path, "json")), secret_doc())
+    mine = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, previous=theirs)
+    assert opened_by(mine, their_key) == []  # no data key given: a fresh one, never theirs
 
 
 # --- age oracle --------------------------------------------------------------------------
@@ -873,10 +993,16 @@ def secret_docs(draw: st.DrawFn) -> dict[str, Any]:
 @settings(max_examples=150, deadline=None)
 @given(doc=secret_docs())
 def test_property_python_round_trip(doc: dict[str, Any], alice: tuple[str, str]) -> None:
-    out = encrypt_document(doc, [alice[1]], rule=CryptRule(), now=NOW)
+    out = encrypt_document(doc, [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
     assert typed(decrypt_document(out, [alice[0]])) == typed(doc)
     again = encrypt_document(
-        doc, [alice[1]], rule=CryptRule(), now=LATER, previous=out, identities=[alice[0]]
+        doc,
+        [alice[1]],
+        rule=CryptRule(),
+        now=LATER,
+        own_keys=[KEY],
+        previous=out,
+        identities=[alice[0]],
     )
     assert again == out
 

@@ -83,3 +83,22 @@ async def test_operations_filter_live_events() -> None:
     (snap,) = out
     assert isinstance(snap, Snapshot)
     assert snap.deleted == frozenset()  # deletes are not mirrored for this stream
+
+
+async def test_changes_of_a_remote_cluster_carry_its_audit_route() -> None:
+    spec = StreamSpec(
+        TargetKey("ns", "t"),
+        ResourceType("", "v1", "configmaps", "ConfigMap", True),
+        "app",
+        (None,),
+        frozenset(Operation),
+        cluster="east",
+        audit_route="east",
+    )
+    submitted: list[Any] = []
+    stream = TargetStream(spec, DEFAULT_NOISE_POLICY, submitted.append)
+    obj = {"metadata": {"name": "c", "namespace": "app", "uid": "u1"}, "data": {}}
+    await stream.on_event("ADDED", obj, "7")
+    [change] = submitted
+    assert change.audit_route == "east"
+    assert "east@" in spec.key

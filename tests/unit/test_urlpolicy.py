@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
-import pytest
+import asyncio
+from collections.abc import Iterator
 
-from kubescribe.git.urlpolicy import UrlRefusal, UrlRefused, check_url
+import pytest
+from click.testing import CliRunner
+
+from kubescribe import cli
+from kubescribe.git.urlpolicy import (
+    NetworkPolicy,
+    UrlRefusal,
+    UrlRefused,
+    check_transfer,
+    check_url,
+    network_policy,
+    set_network_policy,
+)
 
 
 @pytest.mark.parametrize(
@@ -93,3 +106,109 @@ def test_resolve_hook_checks_resolved_addresses() -> None:
         check_url("https://evil.example/repo.git", allow_file=False, resolve=resolve)
     assert info.value.reason is UrlRefusal.ADDRESS_NOT_ALLOWED
     assert "evil.example" in info.value.message
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "[::a9fe:a9fe]",  # IPv4-compatible
+        "[::169.254.169.254]",
+        "[::ffff:a9fe:a9fe]",  # IPv4-mapped
+        "[64:ff9b::a9fe:a9fe]",  # NAT64 well-known prefix
+        "[64:ff9b::169.254.169.254]",
+        "[64:ff9b:1:a9fe:a9:fe00::]",  # NAT64 local-use /48 (RFC 6052 layout)
+        "[2002:a9fe:a9fe::1]",  # 6to4
+        "[64:ff9b::a9fe:1]",  # link-local, not only the metadata address
+        "[::ffff:100.100.100.200]",  # Alibaba metadata
+    ],
+)
+def test_link_local_and_metadata_inside_ipv6_are_refused(host: str) -> None:
+    with pytest.raises(UrlRefused) as info:
+        check_url(f"https://{host}/repo.git", allow_file=False)
+    assert info.value.reason is UrlRefusal.ADDRESS_NOT_ALLOWED
+
+
+def test_resolved_ipv6_forms_are_refused_too() -> None:
+    with pytest.raises(UrlRefused, match="metadata"):
+        check_url(
+            "https://rebound.example/repo.git",
+            allow_file=False,
+            resolve=lambda _: ["2001:db8::1", "64:ff9b::a9fe:a9fe"],
+        )
+
+
+@pytest.fixture
+def deny_private() -> Iterator[None]:
+    set_network_policy(NetworkPolicy(deny_private=True))
+    yield
+    set_network_policy(NetworkPolicy())
+
+
+PRIVATE = [
+    "https://10.0.0.5/repo.git",
+    "https://172.20.1.1/repo.git",
+    "https://192.168.1.10/repo.git",
+    "https://127.0.0.1:8443/repo.git",
+    "https://100.64.0.1/repo.git",
+    "https://[::1]/repo.git",
+    "https://[fd12:3456::1]/repo.git",
+    "https://[::ffff:10.0.0.5]/repo.git",
+    "https://[64:ff9b::a00:5]/repo.git",
+    "https://0.0.0.0/repo.git",
+    "ssh://git@gitea.git.svc.cluster.local/repo.git",
+    "git@gitea.git.svc:org/repo.git",
+    "https://localhost/repo.git",
+    "https://gitea/repo.git",
+    "https://nas.local/repo.git",
+]
+
+
+@pytest.mark.parametrize("url", PRIVATE)
+def test_private_networks_are_allowed_by_default(url: str) -> None:
+    check_url(url, allow_file=False)
+
+
+@pytest.mark.usefixtures("deny_private")
+@pytest.mark.parametrize("url", PRIVATE)
+def test_deny_private_networks_refuses_private_addresses_and_cluster_names(url: str) -> None:
+    with pytest.raises(UrlRefused) as info:
+        check_url(url, allow_file=False)
+    assert info.value.reason is UrlRefusal.ADDRESS_NOT_ALLOWED
+    assert "--deny-private-networks" in info.value.message
+
+
+@pytest.mark.usefixtures("deny_private")
+def test_deny_private_networks_checks_what_a_name_resolves_to() -> None:
+    check_url("https://github.com/org/repo.git", allow_file=False, resolve=lambda _: ["140.82.1.1"])
+    check_url("https://v6.example/repo.git", allow_file=False, resolve=lambda _: ["2606:4700::1"])
+    with pytest.raises(UrlRefused, match="private"):
+        check_url("https://git.example/r.git", allow_file=False, resolve=lambda _: ["10.1.2.3"])
+    check_url("file:///srv/repo.git", allow_file=True)  # local paths have their own flag
+
+
+def test_every_transfer_checks_the_address_the_name_resolves_to_now() -> None:
+    answers = iter([["203.0.113.7"], ["169.254.169.254"]])
+    check_transfer("https://git.example/repo.git", resolve=lambda _: next(answers))
+    with pytest.raises(UrlRefused, match="metadata"):
+        check_transfer("https://git.example/repo.git", resolve=lambda _: next(answers))
+    check_transfer("/srv/git/repo.git", resolve=lambda _: pytest.fail("no host to resolve"))
+
+
+@pytest.mark.parametrize(("args", "denied"), [([], False), (["--deny-private-networks"], True)])
+def test_run_sets_the_network_policy_from_its_flag(
+    monkeypatch: pytest.MonkeyPatch, args: list[str], denied: bool
+) -> None:
+    """`kubescribe run` applies the flag before the operator starts (which is stubbed here)."""
+    seen: list[bool] = []
+
+    def run_operator(*_: object, **__: object) -> None:
+        seen.append(network_policy().deny_private)
+
+    monkeypatch.setattr(cli, "run_operator", run_operator)
+    monkeypatch.setattr(cli, "_until_signal", lambda operator: asyncio.sleep(0))
+    try:
+        result = CliRunner().invoke(cli.main, ["run", *args])
+    finally:
+        set_network_policy(NetworkPolicy())
+    assert result.exit_code == 0, result.output
+    assert seen == [denied]

@@ -22,8 +22,10 @@ VALIDATED: Final = "Validated"
 STREAMS_RUNNING: Final = "StreamsRunning"
 GIT_PATH_ACCEPTED: Final = "GitPathAccepted"
 PUSHED: Final = "Pushed"
+DOCUMENTS_WRITTEN: Final = "DocumentsWritten"
 ENCRYPTION_CONFIGURED: Final = "EncryptionConfigured"
 SOURCE_NAMESPACE_AUTHORIZED: Final = "SourceNamespaceAuthorized"
+SOURCE_CLUSTER_REACHABLE: Final = "SourceClusterReachable"
 
 # reasons
 PROGRESSING: Final = "Progressing"
@@ -35,6 +37,7 @@ SECRET_NOT_FOUND: Final = "SecretNotFound"
 BRANCH_NOT_ALLOWED: Final = "BranchNotAllowed"
 PATH_OVERLAP: Final = "PathOverlap"
 INVALID_TEMPLATE: Final = "InvalidTemplate"
+INVALID_PATH: Final = "InvalidPath"
 ENCRYPTION_MISSING: Final = "EncryptionMissing"
 INVALID_KEY: Final = "InvalidKey"
 INVALID_SENSITIVE_TYPE: Final = "InvalidSensitiveType"
@@ -48,12 +51,18 @@ CERTIFICATE_UNTRUSTED: Final = "CertificateUntrusted"
 REPOSITORY_NOT_FOUND: Final = "RepositoryNotFound"
 PERMISSION_DENIED: Final = "PermissionDenied"
 URL_REFUSED: Final = "UrlRefused"
+REDIRECT_REFUSED: Final = "RedirectRefused"
 INVALID_CREDENTIALS: Final = "InvalidCredentials"
 KNOWN_HOSTS_NOT_FOUND: Final = "KnownHostsNotFound"
 SIGNING_KEY_MISSING: Final = "SigningKeyMissing"
 SIGNING_KEY_INVALID: Final = "SigningKeyInvalid"
 SOURCE_NAMESPACE_NOT_AUTHORIZED: Final = "SourceNamespaceNotAuthorized"
 CROSS_NAMESPACE_SOURCES_DISABLED: Final = "CrossNamespaceSourcesDisabled"
+CLUSTER_PROVIDER_NOT_FOUND: Final = "ClusterProviderNotFound"
+CLUSTER_NOT_ALLOWED: Final = "ClusterNotAllowed"
+CLUSTER_NOT_READY: Final = "ClusterNotReady"
+CLUSTER_CONFLICT: Final = "ClusterConflict"
+KUBECONFIG_REFUSED: Final = "KubeconfigRefused"
 
 STALLED_REASONS: Final = frozenset(
     {
@@ -63,6 +72,7 @@ STALLED_REASONS: Final = frozenset(
         BRANCH_NOT_ALLOWED,
         PATH_OVERLAP,
         INVALID_TEMPLATE,
+        INVALID_PATH,
         ENCRYPTION_MISSING,
         INVALID_KEY,
         INVALID_SENSITIVE_TYPE,
@@ -74,12 +84,17 @@ STALLED_REASONS: Final = frozenset(
         PERMISSION_DENIED,
         URL_REFUSED,
         WATCH_FORBIDDEN,
+        REDIRECT_REFUSED,
         INVALID_CREDENTIALS,
         KNOWN_HOSTS_NOT_FOUND,
         SIGNING_KEY_MISSING,
         SIGNING_KEY_INVALID,
         SOURCE_NAMESPACE_NOT_AUTHORIZED,
         CROSS_NAMESPACE_SOURCES_DISABLED,
+        CLUSTER_PROVIDER_NOT_FOUND,
+        CLUSTER_NOT_ALLOWED,
+        CLUSTER_CONFLICT,
+        KUBECONFIG_REFUSED,
     }
 )
 """Reasons that need a change by a user: a False condition with one makes the object Stalled."""

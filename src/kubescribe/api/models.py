@@ -14,6 +14,8 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
+from kubescribe.gitnames import RESERVED_PATTERN
+
 GROUP: Final = "kubescribe.io"
 VERSION: Final = "v1alpha1"
 API_VERSION: Final = "kubescribe.io/v1alpha1"
@@ -67,6 +69,11 @@ _RELATIVE_PATH_RULES = (
         "must not contain empty or '.' segments (use '.' alone for the repository root)",
     ),
 )
+_GIT_NAMES_RULE = (
+    f"!self.matches(r'{RESERVED_PATTERN}')",
+    "must not contain a segment Git refuses: .git, .gitmodules, .gitattributes or a"
+    " Windows/macOS alias of one (git~1, .git., .GIT, …)",
+)
 _BRANCH_RULES = (
     (
         r"!self.matches('[[:cntrl:] ~^:?*\\[\\\\]')",
@@ -116,7 +123,8 @@ _PATH_TEMPLATE_DOC = (
     "Path template relative to the target path, ending in `.yaml` (written as `.sops.yaml` when"
     " encrypted). `{field}` placeholders (str.format, no format specs): `namespace` (`_cluster`"
     " for cluster-scoped objects), `group` (`core` for the core group), `version`, `kind`,"
-    " `resource`, `name`."
+    " `resource`, `name`, `cluster` (the ClusterProvider of the target's rules, `local` for the"
+    " operator's own cluster)."
 )
 
 
@@ -411,7 +419,9 @@ class TypePlacement(ApiModel):
         max_length=1024,
         description=_PATH_TEMPLATE_DOC,
         json_schema_extra=_cel(
-            ("self.endsWith('.yaml')", "must end with .yaml"), *_RELATIVE_PATH_RULES
+            ("self.endsWith('.yaml')", "must end with .yaml"),
+            *_RELATIVE_PATH_RULES,
+            _GIT_NAMES_RULE,
         ),
     )
 
@@ -427,7 +437,9 @@ class Placement(ApiModel):
             f"{_PATH_TEMPLATE_DOC} Default: `{{namespace}}/{{group}}/{{resource}}/{{name}}.yaml`."
         ),
         json_schema_extra=_cel(
-            ("self.endsWith('.yaml')", "must end with .yaml"), *_RELATIVE_PATH_RULES
+            ("self.endsWith('.yaml')", "must end with .yaml"),
+            *_RELATIVE_PATH_RULES,
+            _GIT_NAMES_RULE,
         ),
     )
     types: list[TypePlacement] = Field(
@@ -530,7 +542,7 @@ class GitTargetSpec(ApiModel):
         min_length=1,
         max_length=1024,
         description="Folder in the repository, relative, `.` for the root. Immutable.",
-        json_schema_extra=_cel(_IMMUTABLE, *_RELATIVE_PATH_RULES),
+        json_schema_extra=_cel(_IMMUTABLE, *_RELATIVE_PATH_RULES, _GIT_NAMES_RULE),
     )
     placement: Placement = Field(
         default_factory=Placement, description="Layout of documents inside `path`."
@@ -651,10 +663,29 @@ class ResourceRule(ClusterResourceRule):
     )
 
 
+class ClusterReference(ApiModel):
+    """A ClusterProvider, by name."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        description="Name of the ClusterProvider.",
+        json_schema_extra=_cel(_NAME_RULE),
+    )
+
+
+_CLUSTER_REF_DOC = (
+    "Mirror from the remote cluster of this ClusterProvider instead of the operator's own; the"
+    " ClusterProvider must allow the namespace (spec.allowedNamespaces). Every rule feeding one"
+    " GitTarget must name the same cluster."
+)
+
+
 class WatchRuleSpec(ApiModel):
     """Namespaced resources that feed a GitTarget in the same namespace."""
 
     target_ref: LocalObjectReference = Field(description="GitTarget in the same namespace.")
+    cluster_ref: ClusterReference | None = Field(None, description=_CLUSTER_REF_DOC)
     rules: list[ResourceRule] = Field(
         min_length=1,
         max_length=64,
@@ -666,6 +697,7 @@ class ClusterWatchRuleSpec(ApiModel):
     """Cluster-scoped resources that feed a GitTarget."""
 
     target_ref: NamespacedObjectReference = Field(description="GitTarget (name and namespace).")
+    cluster_ref: ClusterReference | None = Field(None, description=_CLUSTER_REF_DOC)
     rules: list[ClusterResourceRule] = Field(
         min_length=1,
         max_length=64,
@@ -680,6 +712,85 @@ class WatchRuleStatus(Status):
         default_factory=list,
         description="Resolved resources as `group/version/resource` (`v1/pods` for core).",
     )
+
+
+# --- ClusterProvider ----------------------------------------------------------------------
+
+
+_NamespaceOrAll = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=63,
+        json_schema_extra=_cel(
+            (
+                "self == '*' || self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",
+                "must be a namespace name or '*'",
+            )
+        ),
+    ),
+]
+
+
+class KubeconfigSecretReference(ApiModel):
+    """A key of a Secret that holds a kubeconfig."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        description="Name of the Secret.",
+        json_schema_extra=_cel(_NAME_RULE),
+    )
+    namespace: str = Field(
+        min_length=1,
+        max_length=63,
+        description="Namespace of the Secret.",
+        json_schema_extra=_cel(_NAMESPACE_RULE),
+    )
+    key: str = Field("kubeconfig", min_length=1, max_length=253, description="Key in the Secret.")
+
+
+class ClusterProviderSpec(ApiModel):
+    """A remote cluster to mirror from, and who may use it."""
+
+    kubeconfig_secret_ref: KubeconfigSecretReference = Field(
+        description=(
+            "Secret with the kubeconfig of the remote cluster. Refused: exec plugins, auth"
+            " providers, file references and insecure-skip-tls-verify (unless the operator runs"
+            " with --allow-insecure-cluster-tls)."
+        )
+    )
+    context: str | None = Field(
+        None, max_length=253, description="Kubeconfig context; its current-context when unset."
+    )
+    allowed_namespaces: list[_NamespaceOrAll] = Field(
+        default_factory=list,
+        max_length=256,
+        description=(
+            "Namespaces of the operator's cluster whose WatchRules (and GitTargets, for"
+            " ClusterWatchRules) may use the ClusterProvider; `*` for all. None when empty:"
+            " deny by default."
+        ),
+    )
+    qps: float = Field(20.0, ge=0.1, le=1000, description="Requests per second to the cluster.")
+    burst: int = Field(40, ge=1, le=10000, description="Requests allowed at once above qps.")
+    audit_route: str | None = Field(
+        None,
+        max_length=63,
+        description=(
+            "Audit route of the remote cluster's API server (/audit-webhook/<route> on the"
+            " operator's receiver): its facts name the authors of this cluster's changes, and"
+            " only of this cluster's. Without it, attributed commits get the unresolved author."
+        ),
+        json_schema_extra=_cel(_NAMESPACE_RULE),
+    )
+
+
+class ClusterProviderStatus(Status):
+    """Observed state of a ClusterProvider."""
+
+    server: str | None = Field(None, description="API server URL from the kubeconfig.")
+    server_version: str | None = Field(None, description="gitVersion the API server reports.")
 
 
 # --- CommitRequest ------------------------------------------------------------------------
@@ -832,6 +943,26 @@ class ClusterWatchRule(ApiObject):
     )
 
 
+class ClusterProvider(ApiObject):
+    """A remote cluster, from a kubeconfig in a Secret, that WatchRules may mirror from."""
+
+    plural = "clusterproviders"
+    short_name = "clp"
+    namespaced = False
+    columns = (
+        Column("Server", ".status.server"),
+        *_READY_COLUMNS,
+        Column("Version", ".status.serverVersion", priority=1),
+    )
+
+    kind: Literal["ClusterProvider"] = Field("ClusterProvider", description="Kind of the object.")
+    spec: ClusterProviderSpec = Field(description="Desired state.")
+    status: ClusterProviderStatus = Field(
+        default_factory=ClusterProviderStatus,
+        description="Observed state, written by the operator.",
+    )
+
+
 class CommitRequest(ApiObject):
     """A request to commit and push a GitTarget's open commit window now, with a message."""
 
@@ -858,4 +989,5 @@ KINDS: Final[tuple[type[ApiObject], ...]] = (
     WatchRule,
     ClusterWatchRule,
     CommitRequest,
+    ClusterProvider,
 )

@@ -44,7 +44,8 @@ OUTCOME_UNRESOLVED = "unresolved"
 
 
 class AuditAuthorResolver:
-    """An `AuthorResolver` over the facts of one audit route (the operator's own cluster).
+    """An `AuthorResolver` over the facts of one audit route: the operator's own cluster's, or
+    the one an event names (a ClusterProvider's cluster: only its own facts ever match).
 
     `collection_before`/`collection_after` widen a deletecollection's request window when it
     is compared with the (operator-clock) moment a delete was observed: watch delivery lags,
@@ -86,31 +87,33 @@ class AuditAuthorResolver:
                 metrics.ATTRIBUTION.labels(OUTCOME_UNRESOLVED).inc()
                 metrics.ATTRIBUTION_WAIT.observe(self.clock() - started)
                 return None
-            await self.facts.wait(self.route, remaining)
+            await self.facts.wait(event.route or self.route, remaining)
 
     def _find(self, event: ObjectEvent, observed_wall: float) -> tuple[str, Fact | None] | None:
+        route = event.route or self.route
         if event.operation == "DELETE":
-            fact = self._first(delete_key(event.uid)) if event.uid else None
+            fact = self._first(route, delete_key(event.uid)) if event.uid else None
             if fact is None:
                 key = delete_name_key(event.group, event.resource, event.namespace, event.name)
-                fact = self._first(key, lambda f: self._in_window(f, observed_wall))
+                fact = self._first(route, key, lambda f: self._in_window(f, observed_wall))
             if fact is not None and fact.kind == FACT_DELETE:
                 by_collection = fact.verb == "deletecollection"
                 return (OUTCOME_COLLECTION if by_collection else OUTCOME_DELETE), fact
             for namespace in dict.fromkeys((event.namespace, "")):
                 fact = self._first(
+                    route,
                     collection_key(event.group, event.resource, namespace),
                     lambda f: f.kind == FACT_COLLECTION and self._in_window(f, observed_wall),
                 )
                 if fact is not None:
                     return OUTCOME_COLLECTION, fact
         if event.uid and event.resource_version:
-            return self._version(version_key(event.uid, event.resource_version))
+            return self._version(route, version_key(event.uid, event.resource_version))
         return None
 
-    def _version(self, key: str) -> tuple[str, Fact | None] | None:
+    def _version(self, route: str, key: str) -> tuple[str, Fact | None] | None:
         """The writer of one object version (see the module docstring), or ambiguous."""
-        facts = [f for f in map(from_record, self.facts.find(self.route, key)) if f is not None]
+        facts = [f for f in map(from_record, self.facts.find(route, key)) if f is not None]
         if not facts:
             return None
         first = min(facts, key=lambda f: f.completed)
@@ -119,8 +122,10 @@ class AuditAuthorResolver:
             return OUTCOME_EXACT, first
         return OUTCOME_AMBIGUOUS, None
 
-    def _first(self, key: str, accept: Callable[[Fact], bool] | None = None) -> Fact | None:
-        for record in self.facts.find(self.route, key):
+    def _first(
+        self, route: str, key: str, accept: Callable[[Fact], bool] | None = None
+    ) -> Fact | None:
+        for record in self.facts.find(route, key):
             fact = from_record(record)
             if fact is not None and (accept is None or accept(fact)):
                 return fact

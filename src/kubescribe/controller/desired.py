@@ -7,6 +7,7 @@ reason is easy to test.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from pydantic import ValidationError
 
 from kubescribe.api import conditions as c
 from kubescribe.api.models import (
+    ClusterProviderSpec,
     ClusterResourceRule,
     ClusterWatchRuleSpec,
     GitProviderSpec,
@@ -28,7 +30,13 @@ from kubescribe.git.urlpolicy import UrlRefused, check_url
 from kubescribe.kube.discovery import Discovered
 from kubescribe.mirror import messages
 from kubescribe.mirror.changes import PruneMode, TargetKey
-from kubescribe.mirror.layout import DEFAULT_TEMPLATE, Layout, LayoutError, normalize_target_path
+from kubescribe.mirror.layout import (
+    DEFAULT_TEMPLATE,
+    LOCAL_CLUSTER,
+    Layout,
+    LayoutError,
+    normalize_target_path,
+)
 from kubescribe.mirror.layout import paths_overlap as overlap
 from kubescribe.mirror.noise import NoisePolicy
 from kubescribe.mirror.window import parse_duration
@@ -55,6 +63,23 @@ class ProviderPlan:
     spec: GitProviderSpec | None
     normalized_url: str = ""
     problem: Problem | None = None
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    """A ClusterProvider: valid or why not."""
+
+    name: str
+    generation: int
+    spec: ClusterProviderSpec | None
+    problem: Problem | None = None
+
+    def allows(self, namespace: str) -> bool:
+        allowed = self.spec.allowed_namespaces if self.spec else []
+        return "*" in allowed or namespace in allowed
+
+
+NO_AUDIT_ROUTE = "!none"  # a remote cluster without an audit route: no facts ever match it
 
 
 @dataclass(frozen=True)
@@ -145,6 +170,7 @@ def _source_refusal(reader: str, source: str, grants: SourceGrants | None) -> Pr
 
 @dataclass
 class Plan:
+    clusters: dict[str, ClusterPlan] = field(default_factory=dict)
     providers: dict[ObjKey, ProviderPlan] = field(default_factory=dict)
     targets: dict[TargetKey, TargetPlan] = field(default_factory=dict)
     rules: dict[tuple[str, ObjKey], RulePlan] = field(default_factory=dict)
@@ -193,6 +219,15 @@ def plan_provider(obj: Mapping[str, Any], *, allow_file_urls: bool = False) -> P
     return ProviderPlan(key, gen, spec, normalized_url=normalize_url(spec.url))
 
 
+def plan_cluster(obj: Mapping[str, Any]) -> ClusterPlan:
+    name, gen = _key(obj)[1], _generation(obj)
+    try:
+        spec = ClusterProviderSpec.model_validate(obj.get("spec") or {})
+    except ValidationError as exc:
+        return ClusterPlan(name, gen, None, _invalid(exc))
+    return ClusterPlan(name, gen, spec)
+
+
 def _plan_target(obj: Mapping[str, Any], providers: Mapping[ObjKey, ProviderPlan]) -> TargetPlan:
     ns, name = _key(obj)
     key, gen = TargetKey(ns, name), _generation(obj)
@@ -216,6 +251,9 @@ def _plan_target(obj: Mapping[str, Any], providers: Mapping[ObjKey, ProviderPlan
         return TargetPlan(key, gen, spec, provider, problem=problem)
     try:
         folder = normalize_target_path(spec.path)
+    except LayoutError as exc:  # a path stored before the CRD refused it
+        return TargetPlan(key, gen, spec, provider, problem=Problem(c.INVALID_PATH, str(exc)))
+    try:
         layout = Layout(
             default=spec.placement.default or DEFAULT_TEMPLATE,
             per_type={(t.group, t.resource): t.template for t in spec.placement.types},
@@ -249,6 +287,22 @@ def _reject_overlaps(targets: list[TargetPlan], order: Mapping[TargetKey, tuple[
                 f"(path {clash.folder or '.'!r}) on branch {plan.worker_key.branch!r}",
             ),
         )
+
+
+def _cluster_problem(cluster: ClusterPlan | None, namespace: str) -> Problem | None:
+    if cluster is None:
+        return Problem(c.CLUSTER_PROVIDER_NOT_FOUND, "ClusterProvider not found")
+    if cluster.problem is not None:
+        return Problem(
+            c.CLUSTER_NOT_READY, f"ClusterProvider {cluster.name!r}: {cluster.problem.message}"
+        )
+    if not cluster.allows(namespace):
+        return Problem(
+            c.CLUSTER_NOT_ALLOWED,
+            f"ClusterProvider {cluster.name!r} does not allow namespace {namespace!r} "
+            "(spec.allowedNamespaces, set by a cluster administrator)",
+        )
+    return None
 
 
 def _matches(rule: ClusterResourceRule, item: Discovered, explicit: set[str]) -> bool:
@@ -295,10 +349,18 @@ def compile_plan(
     *,
     allow_file_urls: bool = False,
     grants: SourceGrants | None = None,
+    cluster_providers: Iterable[Mapping[str, Any]] = (),
+    remote_discovered: Mapping[str, list[Discovered]] | None = None,
 ) -> Plan:
     """`grants`: who may read which namespace (`source_grants`); None refuses every
-    cross-namespace source (the operator's lockdown flag)."""
+    cross-namespace source (the operator's lockdown flag). `remote_discovered`: the served
+    types of each ClusterProvider's cluster, once it has been reached."""
     plan = Plan()
+    for obj in cluster_providers:
+        cluster_plan = plan_cluster(obj)
+        plan.clusters[cluster_plan.name] = cluster_plan
+    remote = remote_discovered or {}
+    target_cluster: dict[TargetKey, str] = {}
     for obj in providers:
         p = plan_provider(obj, allow_file_urls=allow_file_urls)
         plan.providers[p.key] = p
@@ -329,25 +391,50 @@ def compile_plan(
             missing_target = Problem("TargetNotFound", f"GitTarget {target_key} not found")
             plan.rules[(kind, key)] = RulePlan(kind, key, gen, target_key, problem=missing_target)
             return
+        cluster, route, types = "", "", discovered
+        if spec.cluster_ref is not None:
+            cluster = spec.cluster_ref.name
+            problem = _cluster_problem(plan.clusters.get(cluster), target_key.namespace)
+            if problem is None and cluster not in remote:
+                problem = Problem(
+                    c.CLUSTER_NOT_READY, f"ClusterProvider {cluster!r} has not been reached yet"
+                )
+            if problem is not None:
+                plan.rules[(kind, key)] = RulePlan(kind, key, gen, target_key, problem=problem)
+                return
+            provider_spec = plan.clusters[cluster].spec
+            assert provider_spec is not None
+            route, types = provider_spec.audit_route or NO_AUDIT_ROUTE, remote[cluster]
+        if target_cluster.setdefault(target_key, cluster) != cluster:
+            first = target_cluster[target_key] or LOCAL_CLUSTER
+            conflict = Problem(
+                c.CLUSTER_CONFLICT,
+                f"GitTarget {target_key} already mirrors cluster {first!r}: one cluster per "
+                "GitTarget (give each cluster a GitTarget of its own)",
+            )
+            plan.rules[(kind, key)] = RulePlan(kind, key, gen, target_key, problem=conflict)
+            return
         resolved: list[str] = []
         unresolved: list[str] = []
         sources: set[str] = set()
         refused: list[Problem] = []
         for rule in spec.rules:
             namespace = (getattr(rule, "source_namespace", None) or key[0]) if namespaced else ""
-            if namespaced:
+            if namespaced and not cluster:  # a ClusterProvider's grant covers its cluster
                 if (refusal := _source_refusal(key[0], namespace, grants)) is not None:
                     refused.append(refusal)
                     continue
                 sources.add(namespace)
-            items, missing = _resolve(rule, discovered, namespaced, noise)
+            items, missing = _resolve(rule, types, namespaced, noise)
             unresolved += missing
             selector = (
                 rule.label_selector.model_dump(by_alias=True) if rule.label_selector else None
             )
             for item in items:
                 resolved.append(item.rtype.gvr)
-                spec_ = StreamSpec(target_key, item.rtype, namespace, (selector,), frozenset())
+                spec_ = StreamSpec(
+                    target_key, item.rtype, namespace, (selector,), frozenset(), cluster, route
+                )
                 merged.setdefault(spec_.key, []).append((spec_, list(rule.operations)))
         problem = None
         if not resolved and len(refused) < len(spec.rules):
@@ -368,10 +455,16 @@ def compile_plan(
             refused[0] if refused else None,
         )
 
-    for obj in watch_rules:
+    # Sorted, so which rule's cluster a target takes does not depend on arrival order.
+    for obj in sorted(watch_rules, key=_key):
         add_rules("WatchRule", obj, WatchRuleSpec, True)
-    for obj in cluster_watch_rules:
+    for obj in sorted(cluster_watch_rules, key=_key):
         add_rules("ClusterWatchRule", obj, ClusterWatchRuleSpec, False)
+    for target_key, cluster in target_cluster.items():
+        if cluster and target_key in plan.targets:
+            t = plan.targets[target_key]
+            layout = dataclasses.replace(t.layout, cluster=cluster)
+            plan.targets[target_key] = dataclasses.replace(t, layout=layout)
 
     for stream_key, parts in merged.items():
         first = parts[0][0]
@@ -383,5 +476,7 @@ def compile_plan(
             first.namespace,
             tuple(p[0].selectors[0] for p in parts),
             merge_operations([ops for _, ops in parts]),
+            first.cluster,
+            first.audit_route,
         )
     return plan

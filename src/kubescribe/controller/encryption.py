@@ -9,12 +9,16 @@ The age key Secret is read by a direct GET whenever a reconcile needs it (never 
 cached beyond the renderer built from it), and no key material, plaintext value or decoded
 Secret content is logged, raised or written to status.
 
-Stable output: given the previous file and an identity that opens it, an unchanged document
-keeps its exact bytes and a changed one keeps the ciphertext of every unchanged value
-(`encrypt_document`). A target with inline recipients only gives the operator no identity: the
-renderer then remembers, for this process, which plaintext each file it wrote holds (an HMAC
-under a per-process key, never the plaintext), so a re-list makes no commit; after a restart
-such documents are encrypted again. `ageKeySecretRef` avoids that.
+Data keys never come from Git (a repo writer could choose them). With identities
+(`ageKeySecretRef`) each document's key is derived from an identity, the document's identity
+and the recipient set (`derive_data_key`): a file in Git under such a key keeps its exact bytes
+when the document is unchanged, also after a restart, and lends the ciphertext of unchanged
+values otherwise; a file under any other key is encrypted afresh, and never re-encrypted
+(`rekey`) from its own content. A target with inline recipients only
+gives the operator no identity: every file gets a fresh random key, and the renderer remembers,
+for this process, which plaintext each file it wrote holds (an HMAC under a per-process key,
+never the plaintext), so a re-list makes no commit; after a restart such documents are
+encrypted again. `ageKeySecretRef` avoids that.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.layout import Layout
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
 from kubescribe.secrets import age
+from kubescribe.secrets.datakey import derive_data_key
 from kubescribe.secrets.policy import (
     DEFAULT_RULES,
     PolicyError,
@@ -53,6 +58,7 @@ from kubescribe.secrets.policy import (
     sops_config,
 )
 from kubescribe.secrets.sops import (
+    ForeignKeyError,
     SopsError,
     decrypt_document,
     encrypt_document,
@@ -107,7 +113,7 @@ class SopsRenderer:
         clock: Callable[[], datetime] = _now,
     ) -> None:
         self.recipients = tuple(dict.fromkeys(recipients))
-        self._identities = tuple(identities)
+        self._identities = tuple(sorted(identities))  # the first one's keys encrypt
         self.rules = rules
         self.layout = layout or Layout()
         self.refusal = refusal
@@ -120,6 +126,11 @@ class SopsRenderer:
     @property
     def can_decrypt(self) -> bool:
         return bool(self._identities)
+
+    @property
+    def identity_recipients(self) -> frozenset[str]:
+        """The public keys of the identities (the operator's data keys derive from them)."""
+        return frozenset(age.recipient_of(i) for i in self._identities)
 
     def _rule(self, rtype: ResourceType) -> TypeRule | None:
         return self.rules.get((rtype.group, rtype.resource))
@@ -157,6 +168,7 @@ class SopsRenderer:
                 self.recipients,
                 rule=rule,
                 now=self._clock(),
+                own_keys=self._own_keys(identity, self.recipients),
                 previous=previous,
                 identities=self._identities,
             )
@@ -167,6 +179,12 @@ class SopsRenderer:
                 self._memo.clear()
             self._memo[_sha(data)] = digest
         return data
+
+    def _own_keys(self, identity: Identity, recipients: Sequence[str]) -> list[bytes]:
+        """The operator's data keys for a document, one per identity (the first encrypts new
+        files); none without identities (fresh random keys)."""
+        scope = json.dumps([identity.group, identity.kind, identity.namespace, identity.name])
+        return [derive_data_key(i, scope, recipients) for i in self._identities]
 
     def _digest(self, doc: Mapping[str, Any], setting: tuple[str, str]) -> bytes:
         """HMAC of what decides the file's plaintext content (order and types included)."""
@@ -198,20 +216,32 @@ class SopsRenderer:
         return frozenset(info.recipients) if info.simple else None
 
     def rekey(self, identity: Identity, data: bytes) -> bytes:
-        """The same content encrypted for `recipients`. Adding recipients keeps the data key
-        and every value's ciphertext; removing one rotates the data key."""
+        """The same content encrypted for `recipients`, under the data key the operator
+        derives for them: any recipient change rotates the key (a removed recipient, or one
+        who replays an old file, never holds the new key).
+
+        Only a file the operator wrote (under the key it derives for the file's recipients)
+        is re-encrypted: content someone else put there must not come out under the
+        operator's key, where keeping or replacing it later would confirm a guessed value.
+        """
         what = f"{identity.kind} {identity.ref}"
         try:
             info = inspect_document(data)
-            plain = decrypt_document(data, self._identities)
-            keep = set(info.recipients) <= set(self.recipients)
+            own_keys = self._own_keys(identity, info.recipients)
+            try:
+                plain = decrypt_document(data, self._identities, own_keys=own_keys)
+            except ForeignKeyError:
+                raise RefusedContent(
+                    REENCRYPT_FAILED,
+                    f"{what} not re-encrypted: its data key is not the operator's (the file was"
+                    " written by someone else); the next change of the object rewrites it",
+                ) from None
             return encrypt_document(
                 plain,
                 self.recipients,
                 rule=info.rule,
                 now=self._clock(),
-                previous=data if keep else None,
-                identities=self._identities if keep else (),
+                own_keys=self._own_keys(identity, self.recipients),
             )
         except (SopsError, ValueError) as err:
             raise RefusedContent(REENCRYPT_FAILED, f"{what} not re-encrypted: {err}") from None
@@ -468,7 +498,7 @@ def _unconfigured(target: TargetPlan, plan: Plan) -> Resolution:
 def _resyncs(old: Resolution | None, new: Resolution, plan: Plan, key: TargetKey) -> set[str]:
     """Streams whose documents must be rendered again: refused ones can now be written,
     sensitive types changed rules, or recipients changed and the worker cannot re-encrypt
-    the files itself (no identity)."""
+    the files itself (no identity, or an identity its data keys derive from was removed)."""
     if old is None or not new.usable:
         return set()
     if not old.usable:
@@ -478,6 +508,7 @@ def _resyncs(old: Resolution | None, new: Resolution, plan: Plan, key: TargetKey
     }
     out = {s.key for s in plan.streams_of(key) if (s.rtype.group, s.rtype.resource) in changed}
     recipients_changed = set(old.renderer.recipients) != set(new.renderer.recipients)
-    if recipients_changed and not new.renderer.can_decrypt:
+    removed = old.renderer.identity_recipients - new.renderer.identity_recipients
+    if recipients_changed and (removed or not new.renderer.can_decrypt):
         out |= set(_sensitive_streams(plan, key, new.rules))
     return out

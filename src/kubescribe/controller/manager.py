@@ -16,6 +16,7 @@ import structlog
 
 from kubescribe import metrics
 from kubescribe.api import conditions as c
+from kubescribe.controller.clusters import ClusterProviders
 from kubescribe.controller.commitrequests import CommitRequests, TargetAccess
 from kubescribe.controller.cursors import CursorKeeper
 from kubescribe.controller.desired import (
@@ -29,7 +30,13 @@ from kubescribe.controller.desired import (
 from kubescribe.controller.encryption import EncryptionResolver
 from kubescribe.controller.providers import Providers
 from kubescribe.controller.shards import Shards
-from kubescribe.controller.status import Cond, StatusWriter, kstatus, rfc3339
+from kubescribe.controller.status import (
+    Cond,
+    StatusWriter,
+    documents_condition,
+    kstatus,
+    rfc3339,
+)
 from kubescribe.controller.streams import StreamSpec, TargetStream
 from kubescribe.git.targets import Committer, TargetConfig, WriteReport
 from kubescribe.git.worker import BranchWorker
@@ -40,6 +47,7 @@ from kubescribe.kube.leases import LeaseClient
 from kubescribe.mirror.authors import AttributionMode, AuthorResolver, CommitRequestAuthors
 from kubescribe.mirror.changes import Cursor, TargetKey
 from kubescribe.mirror.identity import ResourceType
+from kubescribe.mirror.layout import LOCAL_CLUSTER
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY, NoisePolicy
 from kubescribe.mirror.window import WindowPolicy, parse_duration
 from kubescribe.store.cursors import CursorStore, NoCursorStore
@@ -52,6 +60,9 @@ OWN_TYPES = {
     "WatchRule": ResourceType("kubescribe.io", "v1alpha1", "watchrules", "WatchRule", True),
     "ClusterWatchRule": ResourceType(
         "kubescribe.io", "v1alpha1", "clusterwatchrules", "ClusterWatchRule", False
+    ),
+    "ClusterProvider": ResourceType(
+        "kubescribe.io", "v1alpha1", "clusterproviders", "ClusterProvider", False
     ),
 }
 NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", False)  # cross-namespace grants
@@ -79,6 +90,7 @@ class Settings:
     replica_id: str = ""  # set: share the branch writers with other replicas through Leases
     lease_namespace: str = "default"
     lease_duration: float = 10.0
+    allow_insecure_cluster_tls: bool = False  # ClusterProvider kubeconfigs without TLS checks
 
 
 class _Cache:
@@ -126,6 +138,7 @@ class Manager:
         self._discovered: dict[tuple[str, str, str], tuple[Discovered, float]] = {}
         self._streams: dict[str, _Running] = {}
         self._workers: dict[WorkerKey, BranchWorker] = {}
+        self._stopping: dict[WorkerKey, asyncio.Task[None]] = {}
         self._cursors = CursorKeeper(self.settings.cursors)
         self._shards: Shards | None = None
         if self.settings.replica_id:
@@ -137,6 +150,11 @@ class Manager:
                 on_change=self._poke.set,
             )
         self._owned: frozenset[WorkerKey] = frozenset()
+        self._clusters = ClusterProviders(
+            client,
+            allow_insecure=self.settings.allow_insecure_cluster_tls,
+            on_change=self._poke.set,
+        )
         self._reports: dict[TargetKey, WriteReport] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._cursor_task: asyncio.Task[None] | None = None
@@ -209,6 +227,7 @@ class Manager:
         if self._shards is not None:
             await self._shards.stop()  # the others take the writers over at once
         self._providers.close()
+        await self._clusters.close()
 
     # -- discovery -------------------------------------------------------------------------
     async def _discovery_loop(self) -> None:
@@ -257,7 +276,10 @@ class Manager:
                 if self.settings.cross_namespace_sources
                 else None
             ),
+            cluster_providers=caches["ClusterProvider"].objects.values(),
+            remote_discovered=self._clusters.discovered(),
         )
+        self._clusters.sync(self.plan.clusters)
         await self._providers.sync(self.plan.providers)
         self._providers.gate(self.plan)  # no credentials or signing key: the targets wait
         await self._encryption.refresh(self.plan)
@@ -294,10 +316,16 @@ class Manager:
                 del self._workers[key]
                 self._providers.drop_worker(key)
                 stopping = self._hand_over(key, worker) if handover else _stop(worker)
-                self._tasks.append(asyncio.create_task(stopping))
+                task = asyncio.create_task(stopping)
+                task.add_done_callback(lambda _: self._poke.set())
+                self._stopping[key] = task
+                self._tasks.append(task)
         for key, targets in by_worker.items():
             if shards is not None and (not shards.owns(key) or shards.handing_over(key)):
                 continue  # another replica writes this branch
+            if key in self._stopping and not self._stopping[key].done():
+                continue  # its previous worker is still writing out (same clone)
+            self._stopping.pop(key, None)
             existing = self._workers.get(key)
             provider = targets[0].provider
             assert provider is not None and provider.spec is not None
@@ -369,9 +397,11 @@ class Manager:
             key: spec
             for key, spec in self.plan.streams.items()
             if self.plan.targets[spec.target].worker_key in self._workers
+            and self._client_of(spec) is not None
         }
         for key, running in list(self._streams.items()):
-            if wanted.get(key) != running.spec:
+            spec = running.spec
+            if wanted.get(key) != spec or running.informer.client is not self._client_of(spec):
                 running.task.cancel()
                 del self._streams[key]
                 self._cursors.drop(key)
@@ -388,8 +418,10 @@ class Manager:
                 log.warning("cursor.load_failed", error=str(exc) or type(exc).__name__)
                 resume = None
             sink.journal = self._cursors.journal(key, sink.fingerprint)
+            client = self._client_of(spec)
+            assert client is not None
             informer = Informer(
-                self.client,
+                client,
                 spec.rtype,
                 sink,
                 namespace=spec.namespace,
@@ -400,6 +432,10 @@ class Manager:
             )
             self._streams[key] = _Running(spec, informer, asyncio.create_task(informer.run()))
         metrics.STREAMS.set(len(self._streams))
+
+    def _client_of(self, spec: StreamSpec) -> KubeClient | None:
+        """The client of a stream's cluster (None: a remote cluster not reached yet)."""
+        return self._clusters.client_of(spec.cluster) if spec.cluster else self.client
 
     def _on_report(self, report: WriteReport) -> None:
         previous = self._reports.get(report.target)
@@ -424,6 +460,11 @@ class Manager:
                 continue
             conds, extra = self._providers.status(p)
             await self._status.write(obj, "gitproviders", conds, extra)
+        for (_, name), obj in list(caches["ClusterProvider"].objects.items()):
+            cluster = plan.clusters.get(name)
+            if cluster is not None and self._speaks_for(f"ClusterProvider/{name}"):
+                conds, extra = self._clusters.status(cluster)
+                await self._status.write(obj, "clusterproviders", conds, extra)
         for (ns, name), obj in list(caches["GitTarget"].objects.items()):
             t = plan.targets.get(TargetKey(ns, name))
             if t is not None and self._writes_status_of(t):
@@ -518,6 +559,9 @@ class Manager:
                 Cond(c.READY, "False", c.SUSPENDED, "Writes are suspended (spec.suspend)")
             )
             return domain + kstatus(domain, progressing=None)[1:], extra
+        cluster = t.layout.cluster if t.layout.cluster != LOCAL_CLUSTER else ""
+        if t.writable and cluster and (reach := self._clusters.reachable(cluster)) is not None:
+            domain.append(reach)  # its files are kept while the cluster is away
         if t.writable:
             domain += self._encryption.conditions(t.key)
             extra.update(self._encryption.status(t.key))
@@ -550,6 +594,7 @@ class Manager:
                     domain.append(Cond(c.PUSHED, "True", c.PUSHED, report.message or "Up to date"))
                 else:
                     domain.append(Cond(c.PUSHED, "False", report.reason, report.message))
+                domain.append(documents_condition(report.failing))
             if synced < len(streams):
                 progressing = f"{synced}/{len(streams)} watch streams synced"
         return domain + kstatus(

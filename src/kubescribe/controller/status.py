@@ -13,6 +13,7 @@ import structlog
 from kubescribe.api import conditions as c
 from kubescribe.api.models import ConditionStatus
 from kubescribe.kube.client import ApiError, KubeClient
+from kubescribe.mirror.identity import Identity
 
 log = structlog.get_logger(__name__)
 GROUP_VERSION = "kubescribe.io/v1alpha1"
@@ -24,6 +25,19 @@ class Cond:
     status: ConditionStatus
     reason: str
     message: str
+
+
+def documents_condition(failing: Sequence[tuple[Identity, str, str]]) -> Cond:
+    """`DocumentsWritten`: False, with the first one's reason, while documents cannot be
+    written (a path Git refuses, a conflict, a render or encryption refusal)."""
+    if not failing:
+        return Cond(c.DOCUMENTS_WRITTEN, "True", c.DOCUMENTS_WRITTEN, "Every document is written")
+    identity, reason, message = failing[0]
+    more = f" (and {len(failing) - 1} more)" if len(failing) > 1 else ""
+    text = (
+        f"{len(failing)} document(s) not written: {identity.kind} {identity.ref}: {message}{more}"
+    )
+    return Cond(c.DOCUMENTS_WRITTEN, "False", reason, text)
 
 
 def rfc3339(timestamp: float) -> str:

@@ -34,10 +34,13 @@ class StreamSpec:
     namespace: str
     selectors: tuple[Mapping[str, Any] | None, ...]
     operations: frozenset[Operation]
+    cluster: str = ""  # a ClusterProvider's name; '' for the operator's own cluster
+    audit_route: str = ""  # whose audit facts name the authors ('' = the operator's own)
 
     @property
     def key(self) -> str:
-        return f"{self.target}|{self.rtype.gvr}|{self.namespace or '*'}"
+        where = f"{self.cluster}@" if self.cluster else ""
+        return f"{self.target}|{where}{self.rtype.gvr}|{self.namespace or '*'}"
 
     @property
     def server_selector(self) -> str | None:
@@ -165,6 +168,7 @@ class TargetStream:
             observed_at=self.clock(),
             cursor=Cursor(self.spec.key, rv),
             uid=str(meta.get("uid") or ""),
+            audit_route=self.spec.audit_route,
         )
 
 

@@ -149,6 +149,8 @@ class ControlPlane:
         self.admin = self.ca.issue("kubescribe-admin", organization="system:masters", client=True)
         self.server = ""
         self.kubeconfig = self.workdir / "kubeconfig"
+        self._port = 0
+        self._etcd_url = ""
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> ControlPlane:
@@ -313,8 +315,27 @@ class ControlPlane:
         admission = self._write("admission.json", json.dumps(config))
         return [f"--admission-control-config-file={admission}"]
 
+    def pause(self) -> None:
+        """Stop kube-apiserver only (etcd keeps every object): unreachable until `resume`."""
+        for entry in [e for e in self._procs if e[0] == "kube-apiserver"]:
+            _, proc, log = entry
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+            log.close()
+            self._procs.remove(entry)
+
+    def resume(self, timeout: float = 60.0) -> None:
+        """Start kube-apiserver again, on the same address, over the same etcd."""
+        assert self.bin_dir is not None and self._etcd_url, "control plane never started"
+        self._start_apiserver(self.bin_dir, self._etcd_url, timeout)
+
     def _start_apiserver(self, bins: Path, etcd_url: str, timeout: float) -> None:
-        port = free_port()
+        self._etcd_url = etcd_url
+        port = self._port = self._port or free_port()
         self.server = f"https://127.0.0.1:{port}"
         serving = self.ca.issue("kube-apiserver", hosts=("localhost", "127.0.0.1", "10.0.0.1"))
         sa_key, sa_pub = rsa_key_pair()

@@ -14,6 +14,7 @@ import pygit2
 from kubescribe.git.index import Entry, TargetIndex, folder_tree
 from kubescribe.git.pack import write_blobs
 from kubescribe.git.targets import (
+    INVALID_PATH,
     PACK_THRESHOLD,
     PATH_CONFLICT,
     REENCRYPT_FAILED,
@@ -31,6 +32,7 @@ from kubescribe.git.windowing import (
     Group,
     RequestHandle,
 )
+from kubescribe.gitnames import has_reserved_segment
 from kubescribe.mirror import messages
 from kubescribe.mirror.authors import Author
 from kubescribe.mirror.changes import Change, Operation, PruneMode, Snapshot, TargetKey
@@ -47,6 +49,7 @@ class TargetResult:
     documents: int = 0
     retained: int = 0
     refused: list[Refusal] = field(default_factory=list)
+    failing: list[Refusal] = field(default_factory=list)
 
 
 @dataclass
@@ -133,6 +136,8 @@ class Build:
         self.base_tree = self.tree
         self.indexes: dict[TargetKey, TargetIndex] = {}
         self.retained: dict[TargetKey, set[Identity]] = {}
+        # Documents that could not be written and wait for a change, per target.
+        self.failing: dict[TargetKey, dict[Identity, tuple[str, str]]] = {}
         self.results: dict[TargetKey, TargetResult] = {}
         self.written: list[Item] = []
         self.commits = {"change": 0, "snapshot": 0}
@@ -163,6 +168,7 @@ class Build:
             )
         index = self.indexes[config.key] = cached.copy()
         self.retained[config.key] = set(self.writer.retained.get(config.key, ()))
+        self.failing[config.key] = dict(self.writer.failing.get(config.key, {}))
         return index
 
     def apply(self, item: Item) -> None:
@@ -219,6 +225,7 @@ class Build:
         plan = _Plan(index)
         identity = change.identity
         if change.document is None or change.operation is Operation.DELETE:
+            self.failing[config.key].pop(identity, None)  # nothing left to write
             entry = index.get(identity)
             if entry is None:
                 retained.discard(identity)
@@ -275,6 +282,10 @@ class Build:
         retained = self.retained[config.key]
         retained.difference_update([i for i in retained if snapshot.in_scope(i)])
         retained.update(kept)
+        failing = self.failing[config.key]
+        for identity in [i for i in failing if snapshot.in_scope(i)]:
+            if identity not in snapshot.documents:
+                del failing[identity]
 
         def message() -> str:
             added = sum(1 for i in plan.writes if i not in index)
@@ -318,6 +329,8 @@ class Build:
                 previous = blob.data
             else:
                 path = _swap_suffix(entry.path, encrypted)
+            if (entry is None or entry.path != path) and has_reserved_segment(path):
+                raise RefusedContent(INVALID_PATH, f"{path}: Git refuses a segment of this path")
             if not plan.free(path, identity):
                 raise RefusedContent(PATH_CONFLICT, f"{path} already holds another file")
             data = config.renderer.render(identity, rtype, document, previous)
@@ -331,6 +344,7 @@ class Build:
             self._refuse(config, identity, RENDER_FAILED, f"{type(exc).__name__}: {exc}")
             return
         oid = pygit2.hash(data)
+        self.failing[config.key].pop(identity, None)
         if entry is not None and entry.path == path and entry.oid == oid:
             return
         self.blobs[oid] = data
@@ -339,6 +353,8 @@ class Build:
     def _refuse(self, config: TargetConfig, identity: Identity, reason: str, message: str) -> None:
         result = self.results.setdefault(config.key, TargetResult())
         result.refused.append((identity, reason, message))
+        self.index(config)  # loads the target's failing documents
+        self.failing[config.key][identity] = (reason, message)
 
     def _commit(
         self,
@@ -360,6 +376,9 @@ class Build:
             except TreeConflict as conflict:
                 identity = plan.drop(conflict.path)
                 self._refuse(config, identity, PATH_CONFLICT, str(conflict))
+            except Exception:  # one document Git will not store must not block the branch
+                if not self._drop_unwritable(config, plan):
+                    raise
         text = message()  # before apply: it compares the plan with the index
         plan.apply()
         if tree == self.tree:
@@ -372,6 +391,19 @@ class Build:
         self.results.setdefault(config.key, TargetResult()).commit = str(self.head)
         self.commits[kind] += 1
         self.written.append(item)
+
+    def _drop_unwritable(self, config: TargetConfig, plan: _Plan) -> bool:
+        """Refuse the planned writes that fail on their own; False when none does."""
+        found = False
+        for path, entry in [(e.path, e) for e in plan.writes.values()]:
+            try:
+                edit_tree(self.repo, self.tree, {path: entry.oid})
+            except TreeConflict:
+                continue  # the retry reports it
+            except Exception as exc:
+                self._refuse(config, plan.drop(path), INVALID_PATH, f"{path}: {exc}")
+                found = True
+        return found
 
     def upkeep(self) -> None:
         """Keep encrypted target folders in step with their renderer (see `Encrypting`)."""
@@ -481,6 +513,7 @@ class Build:
             index.tree_id = folder_tree(self.repo, self.tree, index.folder)
             self.writer.indexes[(key, index.folder)] = index
             self.writer.retained[key] = self.retained[key]
+            self.writer.failing[key] = self.failing[key]
         for key, upkept in self.upkept.items():
             # Everything written in this build was rendered for the same recipients.
             folder = self.targets[key].folder
@@ -491,6 +524,10 @@ class Build:
             result = self.results.setdefault(key, TargetResult())
             result.documents = len(index)
             result.retained = len(self.retained[key])
+            result.failing = [
+                (i, *why)
+                for i, why in sorted(self.failing[key].items(), key=lambda f: _sort_key(f[0]))
+            ]
         return Outcome(
             pushed,
             self.results,

@@ -43,6 +43,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pygit2
+import re2
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
@@ -75,6 +76,7 @@ class GitFailure(StrEnum):
     REMOTE_UNREACHABLE = "RemoteUnreachable"
     REPOSITORY_NOT_FOUND = "RepositoryNotFound"
     PERMISSION_DENIED = "PermissionDenied"
+    REDIRECT_REFUSED = "RedirectRefused"
     TRANSFER_FAILED = "TransferFailed"
 
 
@@ -379,6 +381,14 @@ class GitCallbacks(pygit2.RemoteCallbacks):
         self._offered.add(what)
 
 
+def refuse_offsite_redirects(repo: pygit2.Repository) -> None:
+    """libgit2 follows a first-request HTTP redirect to another host (`http.followRedirects`
+    defaults to `initial`) and sends the bearer header and basic credentials there too. Turn
+    that off for transfers through `repo`: a redirect to another host name, or from https to
+    http, fails (`RedirectRefused`). Redirects within the host name are still followed."""
+    repo.config["http.followRedirects"] = "false"
+
+
 def remote_callbacks(creds: Credentials, url: str) -> GitCallbacks:
     """Fresh callbacks for one transfer (a `GitRepository` callbacks factory calls this)."""
     return GitCallbacks(creds, url)
@@ -388,6 +398,7 @@ def remote_callbacks(creds: Credentials, url: str) -> GitCallbacks:
 _PATTERNS: tuple[tuple[GitFailure, re.Pattern[str]], ...] = tuple(
     (reason, re.compile(pattern))
     for reason, pattern in (
+        (GitFailure.REDIRECT_REFUSED, r"cannot redirect from"),
         (GitFailure.HOST_KEY_UNKNOWN, r"unknown remote ssh hostkey|host key verification"),
         (
             GitFailure.CERTIFICATE_UNTRUSTED,
@@ -552,10 +563,19 @@ def _key_type(blob: bytes) -> str:
 
 
 def _glob(pattern: str, name: str) -> bool:
+    """OpenSSH host pattern match (`*`, `?`), by RE2: linear time, whatever the pattern (a
+    backtracking engine takes minutes on `*a*a*a*a*a*b`, and patterns come from a Secret)."""
     regex = "".join(
-        ".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern.lower()
+        ".*" if c == "*" else "." if c == "?" else re2.escape(c) for c in pattern.lower()
     )
-    return re.fullmatch(regex, name.lower()) is not None
+    try:
+        return re2.fullmatch(regex, name.lower(), _GLOB_OPTIONS) is not None
+    except re2.error:  # too large a pattern for RE2's memory bound: no match
+        return False
+
+
+_GLOB_OPTIONS = re2.Options()
+_GLOB_OPTIONS.log_errors = False
 
 
 def _endpoint(url: str) -> tuple[str, str | None, str, int]:

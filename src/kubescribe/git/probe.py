@@ -12,7 +12,7 @@ Everything here blocks (libgit2); call it from an executor.
 
 from __future__ import annotations
 
-import socket
+import contextlib
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -26,14 +26,16 @@ from kubescribe.git.credentials import (
     Credentials,
     GitFailure,
     classify_git_error,
+    refuse_offsite_redirects,
     remote_callbacks,
 )
 from kubescribe.git.repo import redact
-from kubescribe.git.urlpolicy import UrlRefused, check_url
+from kubescribe.git.urlpolicy import URL_REFUSED, UrlRefused, check_url, resolve_host
+
+__all__ = ["URL_REFUSED", "RemoteProbe", "Verdict", "probe_remote", "use_home"]
 
 Status = Literal["True", "False", "Unknown"]
 
-URL_REFUSED = "UrlRefused"
 READABLE = "Readable"
 WRITABLE = "Writable"
 PROBE_FAILED = "ProbeFailed"
@@ -69,15 +71,6 @@ def use_home(home: Path) -> None:
     non-blocking and every HTTPS transfer fails in OpenSSL with EAGAIN."""
     home.mkdir(parents=True, exist_ok=True)
     pygit2.settings.homedir = str(home)
-
-
-def resolve_host(host: str) -> list[str]:
-    """The addresses `host` resolves to, for `check_url`; none when it does not resolve (the
-    connection attempt then reports that)."""
-    try:
-        return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, None)})
-    except (OSError, UnicodeError):
-        return []
 
 
 def probe_remote(
@@ -136,13 +129,15 @@ def _scratch(scratch_dir: Path) -> pygit2.Repository:
     """An empty bare repository that anonymous remotes hang off; never holds objects."""
     path = scratch_dir / "probe.git"
     with _SCRATCH_LOCK:
+        repo: pygit2.Repository | None = None
         if (path / "HEAD").exists():
-            try:
-                return pygit2.Repository(str(path))
-            except pygit2.GitError:
-                pass
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return pygit2.init_repository(str(path), bare=True)
+            with contextlib.suppress(pygit2.GitError):
+                repo = pygit2.Repository(str(path))
+        if repo is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            repo = pygit2.init_repository(str(path), bare=True)
+        refuse_offsite_redirects(repo)
+        return repo
 
 
 def _connect(

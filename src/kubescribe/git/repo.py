@@ -26,8 +26,10 @@ from kubescribe.git.credentials import (
     GitCallbacks,
     GitFailure,
     classify_git_error,
+    refuse_offsite_redirects,
     remote_callbacks,
 )
+from kubescribe.git.urlpolicy import URL_REFUSED, UrlRefused, check_transfer
 
 CallbacksFactory = Callable[[], pygit2.RemoteCallbacks]
 
@@ -213,6 +215,7 @@ class GitRepository:
             self._lock = _FETCH_LOCKS.setdefault(self.path.absolute(), threading.Lock())
         with self._lock:
             self.repo = _open_or_init(self.path)
+            refuse_offsite_redirects(self.repo)
         # `origin` is for humans inspecting the cache; it never holds credentials. Transfers
         # use an in-memory remote with the URL as given.
         public = _USERINFO.sub(r"\1", url) if "://" in url else url
@@ -224,6 +227,7 @@ class GitRepository:
 
     def fetch(self, branch: str) -> pygit2.Oid | None:
         """The remote tip of `branch` (its objects fetched), or None if it does not exist."""
+        self._check_address("fetch")
         ref = _ref_name("refs/remotes/origin/", branch)
         # A fetch of a missing branch succeeds and leaves the ref alone: drop it first.
         if ref in self.repo.references:
@@ -255,6 +259,7 @@ class GitRepository:
         if local is not None:
             self._push_local(local, source, branch, new_tip, expected)
             return
+        self._check_address("push")
         callbacks = self._callbacks()
         refused: list[str] = []
         said: list[str] = []
@@ -315,6 +320,15 @@ class GitRepository:
         finally:
             with contextlib.suppress(pygit2.GitError, KeyError):
                 remote.references.delete(scratch)
+
+    def _check_address(self, what: str) -> None:
+        """The URL policy again, on the addresses the host resolves to now (DNS rebinding)."""
+        try:
+            check_transfer(self.url)
+        except UrlRefused as refused:
+            raise RemoteUnavailable(
+                f"{what} refused: {refused.message} ({refused.reason})", URL_REFUSED
+            ) from None
 
     def _classify(
         self, exc: BaseException, callbacks: pygit2.RemoteCallbacks

@@ -28,6 +28,7 @@ REMOTE_UNREACHABLE = "RemoteUnreachable"
 PUSH_REJECTED = "PushRejected"
 WRITE_FAILED = "WriteFailed"
 PATH_CONFLICT = "PathConflict"
+INVALID_PATH = "InvalidPath"
 RENDER_FAILED = "RenderFailed"
 REENCRYPT_FAILED = "ReencryptFailed"
 SOPS_CONFIG = ".sops.yaml"
@@ -147,7 +148,9 @@ class WriteReport:
 
     `commit`/`pushed_at` are the last commit pushed for this target (by this worker) and when.
     `retained` counts documents the prune mode keeps although they are gone from the cluster.
-    `refused` documents were not written; `ok` is about the push, not about them.
+    `refused` documents were not written in this attempt; `failing` are all the target's
+    documents that could not be written since and still wait for a change (refused earlier and
+    not written, deleted or gone from the cluster since). `ok` is about the push, not them.
     """
 
     target: TargetKey
@@ -159,3 +162,4 @@ class WriteReport:
     documents: int
     retained: int
     refused: list[Refusal] = field(default_factory=list)
+    failing: list[Refusal] = field(default_factory=list)

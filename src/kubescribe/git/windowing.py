@@ -218,6 +218,7 @@ class Admission:
             namespace=identity.namespace,
             name=identity.name,
             operation=str(change.operation),
+            route=change.audit_route,
         )
         try:
             return await resolver.author_of(event, change.observed_at)

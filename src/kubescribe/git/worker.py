@@ -20,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ from kubescribe.git.targets import (
     WRITE_FAILED,
     Committer,
     Item,
+    Refusal,
     TargetConfig,
     WriteReport,
     upkeep_key,
@@ -301,13 +302,14 @@ class BranchWorker:
             if result.commit is not None:
                 last.commit, last.pushed_at = result.commit, pushed_at
             last.documents, last.retained = result.documents, result.retained
+            last.failing = result.failing
             for _, reason, _ in result.refused:
                 metrics.REFUSED.labels(reason).inc()
             metrics.DOCUMENTS.labels(str(key)).set(result.documents)
             metrics.RETAINED.labels(str(key)).set(result.retained)
             message = f"Pushed {result.commit[:12]}" if result.commit else "Up to date"
-            if result.refused:
-                message += f"; {len(result.refused)} document(s) refused"
+            if result.failing:
+                message += f"; {len(result.failing)} document(s) not written"
             self._report(
                 WriteReport(
                     key,
@@ -319,6 +321,7 @@ class BranchWorker:
                     last.documents,
                     last.retained,
                     result.refused,
+                    last.failing,
                 )
             )
         if cursors and self._on_pushed is not None:
@@ -360,6 +363,7 @@ class BranchWorker:
                     last.pushed_at,
                     last.documents,
                     last.retained,
+                    failing=last.failing,
                 )
             )
 
@@ -422,6 +426,7 @@ class _Last:
     pushed_at: float | None = None
     documents: int = 0
     retained: int = 0
+    failing: list[Refusal] = field(default_factory=list)
 
 
 def _collapse(items: list[Item]) -> tuple[list[Item], list[Cursor]]:
@@ -469,6 +474,7 @@ class Writer:
         self.tip_known = False
         self.indexes: dict[tuple[TargetKey, str], TargetIndex] = {}
         self.retained: dict[TargetKey, set[Identity]] = {}
+        self.failing: dict[TargetKey, dict[Identity, tuple[str, str]]] = {}
         # Encryption upkeep: (folder tree, upkeep key) known to be in step, per target; the
         # recipients of encrypted blobs; blobs that could not be re-encrypted, per upkeep key.
         self.upkept: dict[TargetKey, tuple[pygit2.Oid | None, Any]] = {}
@@ -513,6 +519,8 @@ class Writer:
         wanted = {(t.key, t.folder) for t in targets.values()}
         for stale in [k for k in self.indexes if k not in wanted]:
             del self.indexes[stale]
+        for gone in [k for k in self.failing if k not in targets]:
+            del self.failing[gone]
         try:
             return self._write(batch, targets)
         except Exception:

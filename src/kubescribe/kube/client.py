@@ -6,7 +6,9 @@ retries 410 only once and can hang, and its connection pool stalls past 100 watc
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -29,12 +31,35 @@ class ApiError(Exception):
         self.message = message
 
 
-class KubeClient:
-    """JSON requests and watch streams against one API server."""
+class RateLimit:
+    """A token bucket: `qps` requests per second on average, `burst` at once."""
 
-    def __init__(self, connection: config.Connection) -> None:
+    def __init__(self, qps: float, burst: int) -> None:
+        self.qps, self.burst = qps, burst
+        self._tokens = float(burst)
+        self._at = time.monotonic()
+        self._lock = asyncio.Lock()
+
+    async def take(self) -> None:
+        async with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.qps)
+            self._at = now
+            if self._tokens < 1:
+                await asyncio.sleep((1 - self._tokens) / self.qps)
+                self._at = time.monotonic()
+                self._tokens = 1.0
+            self._tokens -= 1
+
+
+class KubeClient:
+    """JSON requests and watch streams against one API server (requests, and the start of each
+    watch, under `limit` when given)."""
+
+    def __init__(self, connection: config.Connection, limit: RateLimit | None = None) -> None:
         self.host = connection.host
         self._connection = connection
+        self._limit = limit
         connector = aiohttp.TCPConnector(limit=0, ssl=connection.ssl)
         self._session = aiohttp.ClientSession(connector=connector)
 
@@ -71,6 +96,8 @@ class KubeClient:
         accept: str = JSON,
         timeout: float = 30,
     ) -> Any:
+        if self._limit is not None:
+            await self._limit.take()
         headers = self._headers(accept)
         data = None
         if body is not None:
@@ -100,6 +127,8 @@ class KubeClient:
     ) -> AsyncIterator[dict[str, Any]]:
         """Yield watch events (one JSON object per line). A stream silent for `idle_timeout`
         seconds raises `asyncio.TimeoutError`-compatible `aiohttp.ServerTimeoutError`."""
+        if self._limit is not None:
+            await self._limit.take()
         headers = self._headers(JSON)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=idle_timeout)
         async with self._session.get(

@@ -62,6 +62,11 @@ def _data_or_file(entry: Mapping[str, Any], name: str, base: Path) -> bytes | No
     return None
 
 
+def _inline(entry: Mapping[str, Any], name: str) -> bytes | None:
+    data = entry.get(f"{name}-data")
+    return base64.b64decode(data) if data else None
+
+
 def _named(items: Any, name: str, what: str) -> Mapping[str, Any]:
     for item in items or []:
         if item.get("name") == name:
@@ -100,6 +105,87 @@ def from_kubeconfig(path: Path, context: str | None = None) -> Connection | None
         token=user.get("token"),
         token_file=base / token_file if token_file else None,
     )
+
+
+class KubeconfigRefused(ConfigError):
+    """A kubeconfig from a Secret asks for something the operator never does for one."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+_FILE_KEYS = ("certificate-authority", "client-certificate", "client-key", "tokenFile")
+_REFUSED_USER_KEYS = {
+    "exec": "exec plugins",
+    "auth-provider": "auth-provider plugins",
+    "username": "basic authentication",
+    "password": "basic authentication",
+    "as": "impersonation",
+    "as-groups": "impersonation",
+    "as-user-extra": "impersonation",
+}
+
+
+def from_untrusted_kubeconfig(
+    data: bytes, context: str | None = None, *, allow_insecure: bool = False
+) -> Connection:
+    """The connection of a kubeconfig read from a Secret, under the rules for untrusted ones:
+    no plugins that run programs, no files of the operator's, no proxy, TLS verified (unless
+    `allow_insecure`), and the server on https. Raises `KubeconfigRefused` with a reason."""
+    try:
+        doc = yaml.safe_load(data)
+    except yaml.YAMLError as exc:
+        raise KubeconfigRefused(
+            "KubeconfigInvalid", f"not YAML: {exc.__class__.__name__}"
+        ) from None
+    if not isinstance(doc, dict):
+        raise KubeconfigRefused("KubeconfigInvalid", "not a kubeconfig document")
+    try:
+        ctx_name = context or doc.get("current-context")
+        if not ctx_name:
+            raise ConfigError("no context given and no current-context set")
+        ctx = _named(doc.get("contexts"), ctx_name, "context")
+        cluster = _named(doc.get("clusters"), ctx["cluster"], "cluster")
+        user = _named(doc.get("users"), ctx["user"], "user") if ctx.get("user") else {}
+    except (ConfigError, KeyError, TypeError, AttributeError) as exc:
+        raise KubeconfigRefused("KubeconfigInvalid", f"incomplete kubeconfig: {exc}") from None
+    for key, what in _REFUSED_USER_KEYS.items():
+        if key in user:
+            raise KubeconfigRefused("KubeconfigRefused", f"{what} ({key!r}) are not allowed")
+    for entry, where in ((cluster, "cluster"), (user, "user")):
+        for key in (*_FILE_KEYS, "proxy-url"):
+            if entry.get(key):
+                raise KubeconfigRefused(
+                    "KubeconfigRefused",
+                    f"{where} {key!r} is not allowed (files and proxies of the operator's)",
+                )
+    server = str(cluster.get("server") or "")
+    insecure = bool(cluster.get("insecure-skip-tls-verify"))
+    if (insecure or not server.startswith("https://")) and not allow_insecure:
+        raise KubeconfigRefused(
+            "InsecureKubeconfig",
+            "the server must be https:// with TLS verified (the operator allows otherwise only"
+            " with --allow-insecure-cluster-tls)",
+        )
+    try:
+        tls: ssl.SSLContext | bool = False
+        if not insecure:
+            # File references were refused above: only inline data is read.
+            ca = _inline(cluster, "certificate-authority")
+            tls = ssl.create_default_context(cadata=ca.decode() if ca else None)
+            if ca is None:
+                tls.load_default_certs()
+            cert = _inline(user, "client-certificate")
+            client_key = _inline(user, "client-key")
+            if cert and client_key:
+                _pem_chain(tls, cert, client_key)
+    except (ValueError, TypeError, ssl.SSLError, OSError) as exc:
+        raise KubeconfigRefused(
+            "KubeconfigInvalid", f"unusable TLS material: {exc.__class__.__name__}"
+        ) from None
+    token = user.get("token")
+    return Connection(host=server.rstrip("/"), ssl=tls, token=str(token) if token else None)
 
 
 def in_cluster() -> Connection:

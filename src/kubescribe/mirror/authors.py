@@ -39,6 +39,7 @@ class ObjectEvent:
     namespace: str
     name: str
     operation: str  # CREATE | UPDATE | DELETE
+    route: str = ""  # audit route of the object's cluster ('' = the resolver's own)
 
 
 class AuthorResolver(Protocol):

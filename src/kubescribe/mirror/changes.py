@@ -59,6 +59,7 @@ class Change:
     cursor: Cursor | None = None
     uid: str = ""
     author: Author | None = None
+    audit_route: str = ""  # the source cluster's audit route ('' = the operator's own)
 
 
 @dataclass(frozen=True)

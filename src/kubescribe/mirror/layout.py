@@ -6,11 +6,15 @@ import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kubescribe.gitnames import escape_segment, has_reserved_segment
 from kubescribe.mirror.identity import CLUSTER_SCOPE, CORE_GROUP, Identity, ResourceType
 from kubescribe.mirror.messages import field_problem
 
 DEFAULT_TEMPLATE = "{namespace}/{group}/{resource}/{name}.yaml"
-TEMPLATE_FIELDS = frozenset({"namespace", "group", "version", "kind", "resource", "name"})
+TEMPLATE_FIELDS = frozenset(
+    {"cluster", "namespace", "group", "version", "kind", "resource", "name"}
+)
+LOCAL_CLUSTER = "local"  # `{cluster}` of the operator's own cluster
 ENCRYPTED_SUFFIX = ".sops.yaml"
 
 
@@ -19,7 +23,8 @@ class LayoutError(ValueError):
 
 
 def validate_template(template: str) -> None:
-    """Reject templates with unknown fields, format specs, absolute paths or `..`."""
+    """Reject templates with unknown fields, format specs, absolute paths, `..` or a segment
+    Git refuses (`.git`, `git~1`, …)."""
     problem = field_problem(template, TEMPLATE_FIELDS)
     if problem is not None:
         raise LayoutError(problem)
@@ -27,6 +32,8 @@ def validate_template(template: str) -> None:
         raise LayoutError(f"template {template!r} must end with .yaml")
     if template.startswith("/") or ".." in template.split("/"):
         raise LayoutError(f"template {template!r} must be relative and must not contain '..'")
+    if has_reserved_segment(template):
+        raise LayoutError(f"template {template!r} has a segment Git refuses (like .git)")
 
 
 def normalize_target_path(path: str) -> str:
@@ -36,6 +43,8 @@ def normalize_target_path(path: str) -> str:
     parts = [p for p in path.split("/") if p not in ("", ".")]
     if ".." in parts:
         raise LayoutError(f"path {path!r} must not contain '..'")
+    if has_reserved_segment(path):
+        raise LayoutError(f"path {path!r} has a segment Git refuses (like .git)")
     return "/".join(parts)
 
 
@@ -52,6 +61,7 @@ class Layout:
 
     default: str = DEFAULT_TEMPLATE
     per_type: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    cluster: str = LOCAL_CLUSTER  # the target's source cluster (one per target)
 
     def __post_init__(self) -> None:
         validate_template(self.default)
@@ -61,6 +71,7 @@ class Layout:
     def path_for(self, identity: Identity, rtype: ResourceType, *, encrypted: bool = False) -> str:
         template = self.per_type.get((rtype.group, rtype.resource), self.default)
         path = template.format(
+            cluster=_segment(self.cluster),
             namespace=_segment(identity.namespace or CLUSTER_SCOPE),
             group=_segment(rtype.group or CORE_GROUP),
             version=_segment(rtype.version),
@@ -68,7 +79,8 @@ class Layout:
             resource=_segment(rtype.resource),
             name=_segment(identity.name),
         )
-        path = posixpath.normpath(path)
+        # Object names may spell `.git` or an alias of it: such a segment gets a `_` prefix.
+        path = "/".join(escape_segment(s) for s in posixpath.normpath(path).split("/"))
         if encrypted and not path.endswith(ENCRYPTED_SUFFIX):
             path = path.removesuffix(".yaml") + ENCRYPTED_SUFFIX
         return path

@@ -74,6 +74,9 @@ def typed_leaf(value: object) -> Typed:
     raise ValueTypeError(f"unsupported value type {type(value).__name__}")
 
 
+_MIN_IV, _MAX_IV = 8, 128  # what AES-GCM here accepts; sops writes 32 bytes
+
+
 def encrypt(key: bytes, ad: str, typed: Typed, iv: bytes | None = None) -> str:
     """Encrypt one typed value with AD ``ad`` into sops' ``ENC[...]`` form."""
     iv = os.urandom(IV_SIZE) if iv is None else iv
@@ -91,7 +94,7 @@ def parse(text: str) -> EncValue | None:
         data, iv, tag = (base64.b64decode(m.group(g), validate=True) for g in (1, 2, 3))
     except (binascii.Error, ValueError):
         return None
-    if not iv or len(tag) != TAG_SIZE:
+    if not _MIN_IV <= len(iv) <= _MAX_IV or len(tag) != TAG_SIZE:
         return None
     return EncValue(data, iv, tag, m.group(4))
 

@@ -15,6 +15,11 @@ else is configured (there is no plaintext opt-out). Further types come from a Gi
   encrypted (the rule names the document's own top-level keys, so values nested under keys
   called ``metadata`` or ``kind`` inside ``spec`` are encrypted too).
 
+In every sensitive document the values under keys named ``annotations`` and ``labels`` are
+encrypted as well (so ``metadata`` keeps its keys, ``name`` and ``namespace`` readable, but no
+copy of a value). There is no allow-list: sops selects by key name on any path component, and
+a value one key matches is encrypted, so an exception for one annotation cannot be expressed.
+
 `sops_config` renders the ``.sops.yaml`` written into a target folder, so that ``sops`` run
 by hand there picks the same rules and recipients as the operator.
 """
@@ -29,10 +34,14 @@ from kubescribe.api.models import SensitiveType
 from kubescribe.mirror.identity import CORE_GROUP
 from kubescribe.mirror.layout import ENCRYPTED_SUFFIX
 from kubescribe.mirror.yamlfmt import dump_yaml
-from kubescribe.secrets.sops import K8S_SECRET_REGEX, CryptRule
+from kubescribe.secrets.sops import CryptRule
 
 SECRETS = ("", "secrets")
 SECRET_KEYS = ("data", "stringData")
+# Label and annotation values of every sensitive document are encrypted as well (their keys
+# stay readable): tools copy whole manifests into annotations (`kapp.k14s.io/original`,
+# `objectset.rio.cattle.io/applied`, ...) and checksums of values into labels.
+METADATA_KEYS = ("annotations", "labels")
 IDENTITY_KEYS = frozenset({"apiVersion", "kind", "metadata", "name", "namespace"})
 HEADER_KEYS = ("apiVersion", "kind", "metadata")
 SOPS_CONFIG_MARKER = "# Managed by kubescribe"
@@ -49,7 +58,7 @@ class PolicyError(ValueError):
 
 
 def escape(text: str) -> str:
-    """`text` as a literal in RE2 syntax (the same in Python's `re`)."""
+    """`text` as a literal in RE2 syntax."""
     return "".join(f"\\{c}" if c in _METACHARACTERS else c for c in text)
 
 
@@ -79,19 +88,17 @@ class TypeRule:
                     " wholeDocument cannot encrypt it without hiding metadata"
                 )
             keys += [k for k in top if k not in keys]
-        if not keys:
-            keys = list(SECRET_KEYS)  # nothing to encrypt; any stable rule will do
-        if keys == list(SECRET_KEYS):
-            return CryptRule(encrypted_regex=K8S_SECRET_REGEX)
-        return CryptRule(encrypted_regex=key_regex(keys))
+        return CryptRule(encrypted_regex=key_regex(_with_metadata(keys)))
 
     def config_rule(self) -> CryptRule:
         """The rule in ``.sops.yaml`` for files a person creates (not per document)."""
         if self.whole_document:
             return CryptRule(unencrypted_regex=key_regex(HEADER_KEYS))
-        if list(self.keys) == list(SECRET_KEYS):
-            return CryptRule(encrypted_regex=K8S_SECRET_REGEX)
-        return CryptRule(encrypted_regex=key_regex(self.keys))
+        return CryptRule(encrypted_regex=key_regex(_with_metadata(self.keys)))
+
+
+def _with_metadata(keys: Sequence[str]) -> list[str]:
+    return [*keys, *(k for k in METADATA_KEYS if k not in keys)]
 
 
 SECRET_RULE = TypeRule(*SECRETS, keys=SECRET_KEYS)

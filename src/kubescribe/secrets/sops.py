@@ -4,9 +4,10 @@ Pure functions over bytes and trees. A file is the document with encrypted leave
 ``sops`` metadata block; values are AES-256-GCM encrypted under a per-file data key that is
 wrapped for every age recipient, and a MAC over all leaf values guards the whole tree.
 
-`encrypt_document` keeps output stable for a Git mirror: an unchanged document returns the
-previous bytes, and a changed one reuses the previous data key and the ciphertext of every
-unchanged value. Exceptions never carry plaintext or key material.
+`encrypt_document` keeps output stable for a Git mirror: given the data keys the caller owns,
+a previous file under one of them returns its bytes when the document is unchanged, and
+lends the ciphertext of every unchanged value otherwise. A previous file under any other key
+(one a repo writer chose) lends nothing. Exceptions never carry plaintext or key material.
 
 As in sops, the MAC covers the values (in order), not the map keys: renaming the key of an
 unencrypted value, or adding or removing a null, goes unnoticed by sops and by this module.
@@ -28,10 +29,12 @@ from kubescribe.mirror.yamlfmt import dump_yaml
 from kubescribe.secrets import _cipher, _goyaml, _shamir, age
 from kubescribe.secrets._cipher import Typed, ValueTypeError
 from kubescribe.secrets._re2 import compile_re2
+from kubescribe.secrets.datakey import DATA_KEY_SIZE
 
 SOPS_VERSION = "3.11.0"
+# Files read back from Git above this size are not opened (a Secret holds at most 1 MiB).
+MAX_FILE_SIZE = 8 << 20
 K8S_SECRET_REGEX = "^(data|stringData)$"
-DATA_KEY_SIZE = 32
 
 _RULE_FIELDS = ("encrypted_regex", "unencrypted_regex", "encrypted_suffix", "unencrypted_suffix")
 _COMMENT_RULES = ("encrypted_comment_regex", "unencrypted_comment_regex")
@@ -55,6 +58,10 @@ class MacMismatchError(SopsError):
 
 class NoMatchingKeyError(SopsError):
     """None of the given identities opens the file's data key."""
+
+
+class ForeignKeyError(SopsError):
+    """The file opens, but under another data key than the caller's own."""
 
 
 class MalformedSopsError(SopsError):
@@ -387,6 +394,8 @@ class _Opened:
 
 
 def _load_document(data: bytes) -> dict[str, Any]:
+    if len(data) > MAX_FILE_SIZE:
+        raise MalformedSopsError(f"the file is larger than {MAX_FILE_SIZE >> 20} MiB")
     try:
         doc = _goyaml.load(data)
     except _goyaml.GoYamlError as err:
@@ -409,13 +418,19 @@ def _open(data: bytes, keys: Sequence[x25519.Identity]) -> _Opened:
 # --- public API --------------------------------------------------------------------------
 
 
-def decrypt_document(data: bytes, identities: Sequence[str]) -> dict[str, Any]:
+def decrypt_document(
+    data: bytes, identities: Sequence[str], *, own_keys: Sequence[bytes] | None = None
+) -> dict[str, Any]:
     """Decrypt a sops YAML file and verify its MAC; returns the Go-typed plaintext tree.
 
-    Raises `NoMatchingKeyError`, `MacMismatchError` or `MalformedSopsError` (all
-    `SopsError`); ValueError for an invalid identity string.
+    With ``own_keys``, the file must be encrypted under one of them (keys the caller made),
+    else `ForeignKeyError`. Raises `NoMatchingKeyError`, `MacMismatchError` or
+    `MalformedSopsError` (all `SopsError`); ValueError for an invalid identity string.
     """
-    return _open(data, age.load_identities(identities)).tree
+    opened = _open(data, age.load_identities(identities))
+    if own_keys is not None and not _is_own(opened.key, own_keys):
+        raise ForeignKeyError("the file's data key is not one of the caller's")
+    return opened.tree
 
 
 def _recipients(recipients: Sequence[str]) -> list[str]:
@@ -434,14 +449,22 @@ def _lastmodified(now: datetime) -> str:
     return f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}Z"
 
 
-def _open_previous(previous: bytes | None, identities: Sequence[str]) -> _Opened | None:
+def _is_own(key: bytes, own_keys: Sequence[bytes]) -> bool:
+    return any(hmac.compare_digest(key, own) for own in own_keys)
+
+
+def _open_previous(
+    previous: bytes | None, identities: Sequence[str], own_keys: Sequence[bytes]
+) -> _Opened | None:
+    """The previous file, only if it opens to one of ``own_keys`` (the caller's keys)."""
     keys = age.load_identities(identities)
-    if previous is None or not keys:
+    if previous is None or not own_keys or not keys:
         return None
     try:
-        return _open(previous, keys)
-    except SopsError:
+        opened = _open(previous, keys)
+    except (SopsError, ValueError):  # untrusted: whatever is wrong with it, it lends nothing
         return None
+    return opened if _is_own(opened.key, own_keys) else None
 
 
 def _unchanged(
@@ -464,7 +487,10 @@ def _age_entries(key: bytes, recipients: list[str], prev: _Opened | None) -> lis
 
 def _check_readback(text: str, expected: dict[str, Any]) -> None:
     """Fail rather than write a file that sops would read with other types (a bad MAC)."""
-    readback = _goyaml.load(text)
+    try:
+        readback = _goyaml.load(text)
+    except _goyaml.GoYamlError as err:
+        raise SopsError(f"the document cannot be read back as sops would: {err}") from None
     if _typed_view(readback) != _typed_view(expected):
         where = _dotted(_first_difference(readback, expected))
         raise SopsError(f"the YAML emitter wrote {where} in a form sops reads as another type")
@@ -476,17 +502,19 @@ def encrypt_document(
     *,
     rule: CryptRule,
     now: datetime,
+    own_keys: Sequence[bytes] = (),
     previous: bytes | None = None,
     identities: Sequence[str] = (),
 ) -> bytes:
     """Encrypt ``doc`` to the age ``recipients``; returns the sops YAML file.
 
-    With ``previous`` (the current file) opened by one of ``identities``: an identical
-    plaintext, rule and recipient set returns ``previous`` unchanged; otherwise its data key
-    is kept, unchanged values keep their exact ciphertext, and the wrapped keys of staying
-    recipients are kept (so a removed recipient who saved the data key can still read new
-    versions: pass no ``previous`` to rotate the data key). An unreadable ``previous`` is
-    ignored.
+    ``own_keys`` are data keys the caller made itself: a new file is encrypted under the
+    first (under fresh random bytes without any). ``previous`` (the current file) is used
+    only if one of ``identities`` opens it to one of ``own_keys``: then an identical
+    plaintext, rule and recipient set returns ``previous`` unchanged, and otherwise its key
+    is kept, unchanged values keep their exact ciphertext and staying recipients their
+    wrapped key. Any other ``previous`` (unreadable, or under a key the caller did not make)
+    is ignored, whatever plaintext it holds.
     """
     wanted = _recipients(recipients)
     lastmodified = _lastmodified(now)
@@ -495,10 +523,13 @@ def encrypt_document(
     plain = _plain_tree(doc)
     if "sops" in plain:
         raise SopsError("the document must not have a top-level sops key")
-    prev = _open_previous(previous, identities)
+    if any(len(own) != DATA_KEY_SIZE for own in own_keys):
+        raise ValueError(f"data keys must be {DATA_KEY_SIZE} bytes")
+    prev = _open_previous(previous, identities, own_keys)
     if previous is not None and prev is not None and _unchanged(prev, plain, wanted, rule):
         return previous
-    key = prev.key if prev is not None else os.urandom(DATA_KEY_SIZE)
+    fresh = own_keys[0] if own_keys else os.urandom(DATA_KEY_SIZE)
+    key = prev.key if prev is not None else fresh
     walker = _Encryptor(key, rule, prev.stash if prev is not None else {})
     tree = walker.tree(plain, ())
     name, value = rule.setting

@@ -1,0 +1,206 @@
+"""ClusterProviders at run time: a client, reachability and discovery per remote cluster.
+
+Each valid ClusterProvider gets a task that reads its kubeconfig Secret (direct GET, again every
+`interval`), builds a client under the untrusted-kubeconfig rules and the provider's QPS/burst,
+asks the API server for `/version`, and discovers its types (again every `discovery_interval`).
+
+A cluster that stops answering keeps its last discovery: its streams stay wanted and retry, no
+snapshot completes, so nothing is swept while it is away; it is reported in the
+ClusterProvider's `SourceClusterReachable` condition and on the GitTargets that mirror it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import structlog
+
+from kubescribe.api import conditions as c
+from kubescribe.api.models import ConditionStatus
+from kubescribe.controller.desired import ClusterPlan
+from kubescribe.controller.status import Cond, kstatus
+from kubescribe.kube.client import ApiError, KubeClient, RateLimit
+from kubescribe.kube.config import KubeconfigRefused, from_untrusted_kubeconfig
+from kubescribe.kube.discovery import Discovered, discover
+
+log = structlog.get_logger(__name__)
+
+UNREACHABLE = "ClusterUnreachable"
+KUBECONFIG_NOT_FOUND = "KubeconfigNotFound"
+CONNECTING = "Connecting"
+
+
+@dataclass
+class _Cluster:
+    spec_json: str
+    task: asyncio.Task[None] | None = None
+    client: KubeClient | None = None
+    secret_version: str = ""
+    reachable: Cond = field(
+        default_factory=lambda: Cond(
+            c.SOURCE_CLUSTER_REACHABLE, "Unknown", CONNECTING, "Not reached yet"
+        )
+    )
+    server: str = ""
+    version: str = ""
+    discovered: list[Discovered] | None = None
+    discovered_at: float = -1e9
+
+
+class ClusterProviders:
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        allow_insecure: bool = False,
+        interval: float = 5.0,
+        discovery_interval: float = 60.0,
+        on_change: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.client = client  # the operator's own cluster: where the kubeconfig Secrets are
+        self.allow_insecure = allow_insecure
+        self.interval = interval
+        self.discovery_interval = discovery_interval
+        self.on_change = on_change
+        self._clusters: dict[str, _Cluster] = {}
+
+    def sync(self, plans: Mapping[str, ClusterPlan]) -> None:
+        valid = {n: p for n, p in plans.items() if p.problem is None and p.spec is not None}
+        for name in [n for n in self._clusters if n not in valid]:
+            self._drop(name)
+        for name, plan in valid.items():
+            assert plan.spec is not None
+            spec_json = plan.spec.model_dump_json()
+            current = self._clusters.get(name)
+            if current is not None and current.spec_json == spec_json:
+                continue
+            if current is not None:
+                self._drop(name)
+            state = self._clusters[name] = _Cluster(spec_json)
+            state.task = asyncio.create_task(self._follow(name, plan), name=f"cluster {name}")
+
+    def client_of(self, name: str) -> KubeClient | None:
+        state = self._clusters.get(name)
+        return state.client if state is not None and state.discovered is not None else None
+
+    def discovered(self) -> dict[str, list[Discovered]]:
+        return {n: s.discovered for n, s in self._clusters.items() if s.discovered is not None}
+
+    def reachable(self, name: str) -> Cond | None:
+        state = self._clusters.get(name)
+        return state.reachable if state is not None else None
+
+    def status(self, plan: ClusterPlan) -> tuple[list[Cond], dict[str, Any]]:
+        if plan.problem is not None:
+            validated = Cond(c.VALIDATED, "False", plan.problem.reason, plan.problem.message)
+            return [validated, *kstatus([validated], progressing=None)], {}
+        state = self._clusters.get(plan.name)
+        domain = [Cond(c.VALIDATED, "True", c.VALIDATED, "Spec is valid")]
+        extra: dict[str, Any] = {}
+        if state is not None:
+            domain.append(state.reachable)
+            if state.server:
+                extra["server"] = state.server
+            if state.version:
+                extra["serverVersion"] = state.version
+        return domain + kstatus(domain, progressing=None), extra
+
+    async def close(self) -> None:
+        for name in list(self._clusters):
+            self._drop(name)
+
+    def _drop(self, name: str) -> None:
+        state = self._clusters.pop(name, None)
+        if state is None:
+            return
+        if state.task is not None:
+            state.task.cancel()
+        if state.client is not None:
+            asyncio.get_running_loop().create_task(state.client.close())
+
+    # -- one cluster -----------------------------------------------------------------------
+    async def _follow(self, name: str, plan: ClusterPlan) -> None:
+        state = self._clusters[name]
+        while True:
+            before = (state.reachable, state.discovered is not None, state.client)
+            try:
+                await self._refresh(name, plan, state)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # never the end of the loop
+                log.exception("cluster.refresh_failed", cluster=name)
+                self._set(state, "False", UNREACHABLE, f"{type(exc).__name__}")
+            if (state.reachable, state.discovered is not None, state.client) != before:
+                self.on_change()
+            await asyncio.sleep(self.interval)
+
+    async def _refresh(self, name: str, plan: ClusterPlan, state: _Cluster) -> None:
+        spec = plan.spec
+        assert spec is not None
+        ref = spec.kubeconfig_secret_ref
+        try:
+            secret = await self.client.get(f"/api/v1/namespaces/{ref.namespace}/secrets/{ref.name}")
+        except ApiError as exc:
+            reason = KUBECONFIG_NOT_FOUND if exc.status == 404 else UNREACHABLE
+            where = "the operator's cluster" if exc.status != 404 else "it"
+            self._set(
+                state,
+                "False",
+                reason,
+                f"Secret {ref.namespace}/{ref.name}: {exc.status} {exc.reason} (reading {where})",
+            )
+            return
+        version = str((secret.get("metadata") or {}).get("resourceVersion", ""))
+        if version != state.secret_version or state.client is None:
+            try:
+                raw = base64.b64decode((secret.get("data") or {})[ref.key], validate=True)
+            except (KeyError, binascii.Error, TypeError):
+                self._set(
+                    state,
+                    "False",
+                    KUBECONFIG_NOT_FOUND,
+                    f"Secret {ref.namespace}/{ref.name} has no key {ref.key!r}",
+                )
+                return
+            try:
+                connection = from_untrusted_kubeconfig(
+                    raw, spec.context, allow_insecure=self.allow_insecure
+                )
+            except KubeconfigRefused as exc:
+                self._set(state, "False", c.KUBECONFIG_REFUSED, f"{exc.reason}: {exc}")
+                if state.client is not None:
+                    await state.client.close()
+                state.client, state.discovered = None, None
+                return
+            old = state.client
+            state.client = KubeClient(connection, RateLimit(spec.qps, spec.burst))
+            state.secret_version, state.server = version, connection.host
+            if old is not None:
+                await old.close()
+        assert state.client is not None
+        try:
+            info = await state.client.get("/version", timeout=5)
+            if state.discovered is None or (
+                time.monotonic() - state.discovered_at > self.discovery_interval
+            ):
+                state.discovered = await discover(state.client)
+                state.discovered_at = time.monotonic()
+        except ApiError as exc:
+            self._set(state, "False", UNREACHABLE, f"{exc.status} {exc.reason}: {exc.message}")
+            return
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            self._set(state, "False", UNREACHABLE, f"{type(exc).__name__}: {exc}"[:300])
+            return
+        state.version = str(info.get("gitVersion", ""))
+        self._set(state, "True", c.SOURCE_CLUSTER_REACHABLE, f"Connected to {state.server}")
+
+    @staticmethod
+    def _set(state: _Cluster, status: ConditionStatus, reason: str, message: str) -> None:
+        state.reachable = Cond(c.SOURCE_CLUSTER_REACHABLE, status, reason, message)
