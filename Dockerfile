@@ -3,7 +3,7 @@
 # /tmp for the Git object cache).
 #
 #   docker build -t kubescribe:dev .                      # or: podman / buildah bud
-#   BASE: any Debian bookworm image whose python3 is 3.11 and has the venv module
+#   BASE: any Debian bookworm image with python3 3.11, its venv module and libstdc++6 (google-re2)
 #   (hack/build-image.sh builds on a base made locally with mmdebstrap: --build-arg BASE=...)
 ARG BASE=python:3.11-slim-bookworm
 

@@ -12,7 +12,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 cache_root="${KUBESCRIBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubescribe}"
 out="$cache_root/cluster/${KUBE_VERSION}-helm${HELM_VERSION}"
 # The base image's package set; a change here is a new cache key.
-BASE_PACKAGES="python3,python3-venv,ca-certificates"
+BASE_PACKAGES="python3,python3-venv,ca-certificates,libstdc++6"
 base_key="$(printf '%s' "bookworm $BASE_PACKAGES" | sha256sum | cut -c1-12)"
 base="$out/images/base-bookworm-$base_key.oci.tar"
 
@@ -108,6 +108,8 @@ build_base() {
   python3 "$here/cluster/mkoci.py" "$out/images/.base.tmp" "localhost/kubescribe/base:bookworm-$base_key" \
     "$work/base-rootfs.tar" --cmd '["python3"]'
   mv "$out/images/.base.tmp" "$base"
+  # one base: build-image.sh and the cluster fixture take the one that is there
+  find "$out/images" -name 'base-bookworm-*.oci.tar' ! -path "$base" -delete
 }
 
 { ok kubelet --version && ok kube-controller-manager --version && ok kube-scheduler --version; } || build_kube
