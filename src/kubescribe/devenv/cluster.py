@@ -224,7 +224,8 @@ class Cluster:
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.1)
         for name in ("containerd", "kube-apiserver", "etcd"):
-            self._stop_proc(by_name.get(name))
+            # kube-apiserver flushes its audit webhook on the way out; the receiver is gone
+            self._stop_proc(by_name.get(name), timeout=3 if name == "kube-apiserver" else 10)
         for pid in self._netns_pids():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -764,12 +765,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             threading.Thread(target=handle, args=(conn,), daemon=True).start()
 
     # -- teardown --------------------------------------------------------------------------
-    def _stop_proc(self, proc: subprocess.Popen[bytes] | None) -> None:
+    def _stop_proc(self, proc: subprocess.Popen[bytes] | None, timeout: float = 10) -> None:
         if proc is None or proc.poll() is not None:
             return
         proc.terminate()
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
