@@ -51,7 +51,7 @@ def licence_of(name: str) -> str:
     classifiers = [
         c.split("::")[-1].strip()
         for c in meta.get_all("Classifier") or []
-        if c.startswith("License ::") and "OSI Approved ::" in c or c.startswith("License :: ")
+        if (c.startswith("License ::") and "OSI Approved ::" in c) or c.startswith("License :: ")
     ]
     classifiers = [c for c in classifiers if c != "OSI Approved"]
     if classifiers:

@@ -34,8 +34,8 @@ def test_relative_links_resolve(page: Path) -> None:
             continue  # http(s), mailto: not checked (no network here)
         path, _, fragment = target.partition("#")
         file = (page.parent / path).resolve() if path else page
-        if not file.exists():
-            broken.append(target)
-        elif fragment and file.suffix == ".md" and fragment not in anchors(file):
+        if not file.exists() or (
+            fragment and file.suffix == ".md" and fragment not in anchors(file)
+        ):
             broken.append(target)
     assert not broken, f"{page.name}: broken links {broken}"
