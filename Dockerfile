@@ -6,6 +6,8 @@
 #   BASE: any Debian bookworm image with python3 3.11, its venv module and libstdc++6 (google-re2)
 #   (hack/build-image.sh builds on a base made locally with mmdebstrap: --build-arg BASE=...)
 ARG BASE=python:3.11-slim-bookworm
+ARG VERSION=0.1.0
+ARG SOURCE=""
 
 FROM ${BASE} AS build
 ARG UV_VERSION=0.13.9
@@ -26,9 +28,20 @@ RUN /opt/uv/bin/uv sync --frozen --no-dev --no-install-project --quiet
 COPY README.md ./
 COPY src ./src
 RUN /opt/uv/bin/uv sync --frozen --no-dev --no-editable --quiet \
-    && /opt/kubescribe/bin/kubescribe version
+    && /opt/kubescribe/bin/kubescribe version \
+    && mkdir -p /opt/kubescribe/share/kubescribe \
+    && /opt/uv/bin/uv export --frozen --no-dev --format cyclonedx1.5 \
+        --preview-features sbom-export -o /opt/kubescribe/share/kubescribe/sbom.cdx.json --quiet
 
 FROM ${BASE}
+ARG VERSION
+ARG SOURCE
+LABEL org.opencontainers.image.title="kubescribe" \
+      org.opencontainers.image.description="Mirror the Kubernetes API into a Git repository (reverse GitOps)" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="${SOURCE}" \
+      io.kubescribe.sbom="/opt/kubescribe/share/kubescribe/sbom.cdx.json"
 COPY --from=build /opt/kubescribe /opt/kubescribe
 ENV PATH=/opt/kubescribe/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     HOME=/tmp \

@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cache_root="${KUBESCRIBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubescribe}"
 cluster_dir="${KUBESCRIBE_CLUSTER_DIR:-$(bash hack/build-cluster.sh)}"
-base="$(ls "$cluster_dir"/images/base-bookworm-*.oci.tar | head -1)"
+base="$(find "$cluster_dir/images" -name 'base-bookworm-*.oci.tar' | sort | head -1)"
 version="$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)"
 # The build context is what .dockerignore lets through: the Dockerfile, pyproject, lock, README, src.
 key="$( { sha256sum Dockerfile .dockerignore pyproject.toml uv.lock README.md "$base";
@@ -29,7 +29,7 @@ if [ ! -s "$out" ]; then
   [ -s /etc/ssl/certs/ca-certificates.crt ] && ca=(-v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro)
   t0=$(date +%s)
   unshare --mount --propagation private buildah "${store[@]}" bud --quiet --isolation chroot --layers "${ca[@]}" \
-    --build-arg "BASE=oci-archive:$base" -t "$ref" . >&2
+    --build-arg "BASE=oci-archive:$base" --build-arg "VERSION=$version" -t "$ref" . >&2
   rm -f "$out.tmp"
   unshare --mount --propagation private buildah "${store[@]}" push --quiet "$ref" "oci-archive:$out.tmp:$ref" >&2
   mv "$out.tmp" "$out"
@@ -40,7 +40,8 @@ if [ ! -s "$out" ]; then
   done
   unshare --mount --propagation private buildah "${store[@]}" rmi --prune >/dev/null 2>&1 || true
   # keep only the newest few archives
-  ls -t "$cache_root"/images/kubescribe-*.oci.tar | tail -n +4 | xargs -r rm -f
+  find "$cache_root/images" -name 'kubescribe-*.oci.tar' -printf '%T@ %p\n' | sort -rn |
+    tail -n +4 | cut -d' ' -f2- | xargs -r rm -f
   echo "build-image: $ref in $(( $(date +%s) - t0 ))s, $(du -m "$out" | cut -f1) MB archive" >&2
 fi
 echo "$out $ref"
