@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(git redis-server age openssh-server openssh-client nginx fcgiwrap)
+APT_PACKAGES=(git redis-server age openssh-server openssh-client nginx fcgiwrap shellcheck yamllint)
 # The single-node cluster (tests/cluster): container runtime, CNI plugins, image tooling.
 APT_PACKAGES+=(containerd runc containernetworking-plugins mmdebstrap buildah iproute2 util-linux)
 missing=()
