@@ -69,6 +69,9 @@ without the core group, plus rbac.extraApiGroups; sorted, unique.
 - --webhook-tls-cert=/etc/kubescribe/tls/tls.crt
 - --webhook-tls-key=/etc/kubescribe/tls/tls.key
 - --webhook-client-ca=/etc/kubescribe/tls/ca.crt
+{{- if .Values.admission.allowAnonymous }}
+- --webhook-allow-anonymous
+{{- end }}
 {{- if .Values.admission.changes }}
 - --changes-webhook-url={{ .Values.admission.url | default (printf "https://%s.%s.svc:%v" (include "kubescribe.webhookService" .) .Release.Namespace .Values.admission.port) | trimSuffix "/validate-commitrequests" }}/validate-changes
 - --changes-webhook-ca=/etc/kubescribe/tls/ca.crt
