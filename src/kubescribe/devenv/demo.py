@@ -17,7 +17,7 @@ from kubescribe.api.crds import render_crds
 from kubescribe.devenv.controlplane import AuditWebhook, ControlPlane, free_port
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.operator import OperatorProcess
-from kubescribe.devenv.pki import CertificateAuthority
+from kubescribe.devenv.pki import webhook_certs
 
 NS = "demo"
 
@@ -73,24 +73,18 @@ MASTERS = ("--as-group=system:masters",)
 
 def _audit(keep: Path) -> tuple[list[str], AuditWebhook]:
     """Certificates for the audit receiver, its flags, and the control plane's audit webhook."""
-    certs = keep / "certs"
-    certs.mkdir()
-    ca, client_ca = CertificateAuthority("demo-webhooks"), CertificateAuthority("demo-clients")
-    serving = ca.issue("kubescribe", hosts=("127.0.0.1", "localhost"))
-    (certs / "tls.crt").write_bytes(serving.cert_pem)
-    (certs / "tls.key").write_bytes(serving.key_pem)
-    (certs / "client-ca.crt").write_bytes(client_ca.cert_pem)
+    certs = webhook_certs(keep / "certs")
     port = free_port()
     flags = [
         f"--audit-addr=127.0.0.1:{port}",
-        f"--audit-tls-cert={certs / 'tls.crt'}",
-        f"--audit-tls-key={certs / 'tls.key'}",
-        f"--audit-client-ca={certs / 'client-ca.crt'}",
+        f"--audit-tls-cert={certs.path('tls.crt')}",
+        f"--audit-tls-key={certs.path('tls.key')}",
+        f"--audit-client-ca={certs.path('client-ca.crt')}",
     ]
     hook = AuditWebhook(
         url=f"https://127.0.0.1:{port}/audit-webhook/local",
-        ca_pem=ca.cert_pem,
-        client=client_ca.issue("kubescribe-audit-local", client=True),
+        ca_pem=certs.ca.cert_pem,
+        client=certs.client("kubescribe-audit-local"),
     )
     return flags, hook
 
