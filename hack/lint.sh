@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every static check, in about a minute and without the control plane: Python lint, format, strict
-# types, import contracts, shell, YAML, the Helm chart, and the licences of the locked dependencies.
+# types, import contracts, shell, the Dockerfile, YAML, the Helm chart, and the licences of the
+# locked dependencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +19,7 @@ step format uv run --frozen ruff format --check src tests bench
 step mypy uv run --frozen mypy
 step imports uv run --frozen lint-imports
 step shellcheck shellcheck -x hack/*.sh .ci/run
+step hadolint uv run --frozen hadolint Dockerfile
 step yamllint yamllint -s charts/kubescribe/Chart.yaml charts/kubescribe/values.yaml \
   charts/kubescribe/files charts/kubescribe/crds .yamllint
 helm="$(find "${XDG_CACHE_HOME:-$HOME/.cache}/kubescribe/cluster" -path '*/bin/helm' -type f 2>/dev/null | head -1 || true)"
