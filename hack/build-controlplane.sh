@@ -72,6 +72,8 @@ build_etcd() {
   mv "$out/.etcd.tmp" "$out/etcd"
 }
 
-ok kube-apiserver --version && ok kubectl version --client || build_kube
+if ! { ok kube-apiserver --version && ok kubectl version --client; }; then
+  build_kube
+fi
 ok etcd --version || build_etcd
 echo "$out"

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs everything kubescribe's demo and tests need on a fresh machine (idempotent):
-# Debian packages, uv, the locked Python environment in .venv, the test control plane and
-# kustomize (built from its Go module, for the render checks of the kustomize tests).
+# Debian packages, uv, the locked Python environment in .venv, the test control plane,
+# kustomize (built from its Go module, for the kustomize render checks) and (as root) the
+# single-node test cluster that runs kubescribe as a Pod.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(git redis-server age openssh-server openssh-client nginx fcgiwrap)
+APT_PACKAGES=(git redis-server age openssh-server openssh-client nginx fcgiwrap shellcheck yamllint)
+# The single-node cluster (tests/cluster): container runtime, CNI plugins, image tooling.
+APT_PACKAGES+=(containerd runc containernetworking-plugins mmdebstrap buildah iproute2 util-linux)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -31,3 +34,11 @@ echo "setup: control plane ready in $(( $(date +%s) - start ))s: $(basename "$bi
 start=$(date +%s)
 kustomize_dir=$(bash hack/build-kustomize.sh)
 echo "setup: kustomize ready in $(( $(date +%s) - start ))s: $(basename "$kustomize_dir")" >&2
+
+# The cluster needs root (namespaces, mounts, cgroups); without it tests/cluster is skipped.
+if [ "$(id -u)" -eq 0 ]; then
+  start=$(date +%s)
+  cluster_dir=$(bash hack/build-cluster.sh)
+  image=$(bash hack/build-image.sh)
+  echo "setup: test cluster ready in $(( $(date +%s) - start ))s: $(basename "$cluster_dir"), ${image#* }" >&2
+fi

@@ -86,3 +86,13 @@ def wait_condition(
         return None
 
     return wait_for(check, timeout=timeout, what=f"{kind} {name} {ctype}={status} {reason or ''}")
+
+
+def wait_webhook_registered(cp: ControlPlane, name: str = "kubescribe-attribution") -> None:
+    """The operator has registered its ValidatingWebhookConfiguration `name`."""
+
+    def registered() -> bool:
+        done = cp.kubectl("get", "validatingwebhookconfiguration", name, check=False)
+        return done.returncode == 0
+
+    wait_for(registered, timeout=30, what=f"ValidatingWebhookConfiguration {name}")

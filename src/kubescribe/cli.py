@@ -138,6 +138,13 @@ def _attribution_options(command: Callable[..., None]) -> Callable[..., None]:
             help="CA (PEM) of the webhook's serving certificate, for the registration's caBundle.",
         ),
         click.option(
+            "--webhook-allow-anonymous",
+            is_flag=True,
+            help="Accept admission reviews without a client certificate: for managed clusters, "
+            "whose API server cannot present one. Anyone reaching the port can then post facts: "
+            "limit it to the API server with a NetworkPolicy (docs/security.md).",
+        ),
+        click.option(
             "--webhook-client-ca",
             type=path,
             help="CA (PEM) that signs kube-apiserver's admission client certificate "

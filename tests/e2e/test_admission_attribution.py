@@ -24,9 +24,9 @@ import pytest
 from kubescribe.api.crds import render_crds
 from kubescribe.devenv.controlplane import ControlPlane, free_port
 from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.devenv.pki import CertificateAuthority
+from kubescribe.devenv.pki import webhook_certs
 from tests.e2e.mirror_objects import provider, target, watch_rule
-from tests.support import Operator, manifest, wait_condition, wait_for
+from tests.support import Operator, manifest, wait_condition, wait_for, wait_webhook_registered
 
 pytestmark = pytest.mark.controlplane
 
@@ -69,19 +69,10 @@ class Setup:
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
-    certs = tmp_path_factory.mktemp("admission-certs")
-    ca = CertificateAuthority("kubescribe-webhooks-ca")
-    client_ca = CertificateAuthority("kubescribe-webhook-clients-ca")
-    serving = ca.issue("kubescribe", hosts=("127.0.0.1", "localhost"))
-    for name, data in (
-        ("tls.crt", serving.cert_pem),
-        ("tls.key", serving.key_pem),
-        ("ca.crt", ca.cert_pem),
-        ("client-ca.crt", client_ca.cert_pem),
-    ):
-        (certs / name).write_bytes(data)
+    pki = webhook_certs(tmp_path_factory.mktemp("admission-certs"))
+    certs, ca = pki.dir, pki.ca
     cp = ControlPlane(
-        admission_client=client_ca.issue("kubescribe-admission", client=True),
+        admission_client=pki.client("kubescribe-admission"),
         workdir=tmp_path_factory.mktemp("admission-cp"),
         keep_workdir=True,
     )
@@ -207,16 +198,7 @@ def test_create_update_delete_are_authored_by_whoever_made_them(
     remote = BareRemote.create(tmp_path / "remote.git")
     start_operator(*setup.flags)
     ns = mirror(setup, remote)
-    wait_for(
-        lambda: (
-            setup.cp.kubectl(
-                "get", "validatingwebhookconfiguration", "kubescribe-attribution", check=False
-            ).returncode
-            == 0
-        ),
-        timeout=30,
-        what="the change webhook registered",
-    )
+    wait_webhook_registered(setup.cp)
     path = f"mirror/{ns}/core/configmaps/x.yaml"
     as_user(setup, "alice", "create", "configmap", "x", "-n", ns, "--from-literal=v=1")
     wait_for(lambda: len(commits(remote, path)) == 1, timeout=30, what="create")

@@ -24,7 +24,7 @@ from kubescribe.mirror.authors import UNRESOLVED
 from tests.e2e.mirror_objects import commit_request, configmap, provider, target, watch_rule
 from tests.e2e.test_mirror import CM_RULE, cm_path, wait_ready
 from tests.e2e.test_windows import metric
-from tests.support import Operator, manifest, wait_for
+from tests.support import Operator, manifest, wait_for, wait_webhook_registered
 
 pytestmark = pytest.mark.controlplane
 
@@ -405,16 +405,7 @@ def test_audit_wins_over_admission_and_works_alone_when_the_webhook_is_down(
     op = start_operator(*audited.flags(), *changes)
     setup(audited, ns, remote)
     audit_flowing(audited, op, ns)
-    wait_for(
-        lambda: (
-            audited.cp.kubectl(
-                "get", "validatingwebhookconfiguration", "kubescribe-attribution", check=False
-            ).returncode
-            == 0
-        ),
-        timeout=30,
-        what="the change webhook registered",
-    )
+    wait_webhook_registered(audited.cp)
     audited.kubectl_as("alice", "create", "configmap", "both", "-n", ns, "--from-literal=k=v")
     wait_for(lambda: cm_path(ns, "both") in remote.files(), timeout=60, what="mirrored")
     newest = remote.log()[0]

@@ -17,7 +17,7 @@ import yaml
 from kubescribe.api.crds import render_crds
 from kubescribe.devenv.controlplane import AuditWebhook, ControlPlane, free_port
 from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.devenv.pki import CertificateAuthority
+from kubescribe.devenv.pki import webhook_certs
 from tests.e2e.mirror_objects import provider, secret, target, watch_rule
 from tests.support import Operator, manifest, stays, wait_condition, wait_for
 
@@ -36,20 +36,14 @@ class Clusters:
 
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusters]:
-    certs = tmp_path_factory.mktemp("clusters-certs")
-    ca = CertificateAuthority("kubescribe-webhooks-ca")
-    client_ca = CertificateAuthority("kubescribe-audit-clients-ca")
-    serving = ca.issue("kubescribe", hosts=("127.0.0.1", "localhost"))
-    (certs / "tls.crt").write_bytes(serving.cert_pem)
-    (certs / "tls.key").write_bytes(serving.key_pem)
-    (certs / "client-ca.crt").write_bytes(client_ca.cert_pem)
+    certs = webhook_certs(tmp_path_factory.mktemp("clusters-certs"))
     port = free_port()
     planes = []
     for route in ("local", "second"):
         hook = AuditWebhook(
             url=f"https://127.0.0.1:{port}/audit-webhook/{route}",
-            ca_pem=ca.cert_pem,
-            client=client_ca.issue(f"kubescribe-audit-{route}", client=True),
+            ca_pem=certs.ca.cert_pem,
+            client=certs.client(f"kubescribe-audit-{route}"),
             mode="batch",
         )
         planes.append(
@@ -65,9 +59,9 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusters]:
         first.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=30s")
         flags = [
             f"--audit-addr=127.0.0.1:{port}",
-            f"--audit-tls-cert={certs / 'tls.crt'}",
-            f"--audit-tls-key={certs / 'tls.key'}",
-            f"--audit-client-ca={certs / 'client-ca.crt'}",
+            f"--audit-tls-cert={certs.path('tls.crt')}",
+            f"--audit-tls-key={certs.path('tls.key')}",
+            f"--audit-client-ca={certs.path('client-ca.crt')}",
             "--audit-route=local",
             "--audit-extra-route=second",
             "--attribution-grace=8",

@@ -483,3 +483,30 @@ async def test_real_apiserver_audit_names_impersonated_users_and_service_account
             "system:serviceaccount:ns:robot", "robot@ns.serviceaccount.kubescribe.invalid"
         ),
     }
+
+
+async def test_anonymous_admission_only_when_asked_for(pki: Pki) -> None:
+    """Managed clusters: the API server presents no client certificate. Only with
+    `--webhook-allow-anonymous` does the webhook take its reviews (and then anyone's)."""
+    strict = options(pki)
+    assert strict.problems() == []
+    anonymous = options(pki, webhook_client_ca=None, webhook_allow_anonymous=True)
+    assert anonymous.problems() == []
+    assert options(pki, webhook_client_ca=None).problems() != []
+    async with attribution(anonymous) as att:
+        assert att.requests is not None
+        url = f"https://{anonymous.webhook_addr}/validate-commitrequests"
+        body = review({"username": "carol"}, uid="cr-anon")
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                url,
+                data=body,
+                headers={"Content-Type": "application/json"},
+                ssl=pki.client_context(None),
+            ) as resp,
+        ):
+            assert resp.status == 200
+        author = await att.requests.author_of_request("ns", "save", "cr-anon")
+        assert author is not None
+        assert author.name == "carol"

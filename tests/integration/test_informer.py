@@ -116,3 +116,41 @@ async def test_gone_relists_and_reports_deletes_missed_in_the_gap(tmp_path: Path
         assert deleted == {("gap", "vanishes")}
         assert ("gap", "stays") in objects
         assert {("gap", f"churn-{i}") for i in range(5)} <= objects
+
+
+async def test_forbidden_is_reported_and_clears_once_granted(
+    controlplane: ControlPlane, namespace: str
+) -> None:
+    user = f"reader-{namespace}"
+    client = await KubeClient.connect(controlplane.user_kubeconfig(user))
+    rec = Recorder()
+    changes: list[str | None] = []
+    informer: Informer | None = None
+
+    def on_access() -> None:
+        assert informer is not None
+        changes.append(informer.forbidden)
+        rec.changed.set()
+
+    informer = Informer(client, CM, rec, namespace=namespace, on_access=on_access)
+    task = asyncio.create_task(informer.run())
+    try:
+        await rec.until(lambda: informer.forbidden is not None)
+        assert "forbidden" in (informer.forbidden or "").lower()
+        assert not informer.synced.is_set()
+        controlplane.kubectl(
+            "create", "role", "cm-reader", "-n", namespace, "--verb=get,list,watch",
+            "--resource=configmaps",
+        )  # fmt: skip
+        controlplane.kubectl(
+            "create", "rolebinding", "cm-reader", "-n", namespace, "--role=cm-reader",
+            f"--user={user}",
+        )  # fmt: skip
+        await rec.until(lambda: rec.snapshots, timeout=45)  # retried with backoff
+        assert informer.forbidden is None
+        assert changes[-1] is None
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await client.close()

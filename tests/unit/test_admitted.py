@@ -137,3 +137,18 @@ async def test_audit_wins_and_admission_fills_in_after_the_grace() -> None:
     assert resolver.unresolved_streak == 0
     assert await resolver.author_of(event("never-admitted"), observed_at=10.0) is None
     assert resolver.unresolved_streak == 1
+
+
+def test_a_service_url_registers_as_a_service_reference() -> None:
+    from kubescribe.controller.webhooks import client_config  # noqa: PLC0415
+
+    assert client_config("https://kubescribe-webhooks.ops.svc:9444/validate-changes") == {
+        "service": {
+            "name": "kubescribe-webhooks",
+            "namespace": "ops",
+            "port": 9444,
+            "path": "/validate-changes",
+        }
+    }
+    url = "https://127.0.0.1:9444/validate-changes"
+    assert client_config(url) == {"url": url}

@@ -31,6 +31,7 @@ RENDER_MATCHES_LIVE: Final = "RenderMatchesLive"
 
 # reasons
 PROGRESSING: Final = "Progressing"
+WATCH_FORBIDDEN: Final = "WatchForbidden"
 SUSPENDED: Final = "Suspended"
 PROVIDER_NOT_FOUND: Final = "ProviderNotFound"
 TARGET_NOT_FOUND: Final = "TargetNotFound"
@@ -88,6 +89,7 @@ STALLED_REASONS: Final = frozenset(
         REPOSITORY_NOT_FOUND,
         PERMISSION_DENIED,
         URL_REFUSED,
+        WATCH_FORBIDDEN,
         REDIRECT_REFUSED,
         INVALID_CREDENTIALS,
         KNOWN_HOSTS_NOT_FOUND,

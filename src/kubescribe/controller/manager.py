@@ -173,6 +173,7 @@ class Manager:
         )
         self._reports: dict[TargetKey, WriteReport] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._cursor_task: asyncio.Task[None] | None = None
         self._status = StatusWriter(client)
         self._requests = CommitRequests(
             client, self._status, self._target_access, self.settings.request_authors
@@ -207,7 +208,8 @@ class Manager:
             self._tasks = [asyncio.create_task(i.run()) for i in own + triggers]
             self._tasks.append(asyncio.create_task(self._discovery_loop()))
             self._tasks.append(asyncio.create_task(self._requests.run()))
-            self._tasks.append(asyncio.create_task(self._cursors.run()))
+            # Not in _tasks: shutdown stops it only after the last cursors are saved.
+            self._cursor_task = asyncio.create_task(self._cursors.run())
             if self._shards is not None:
                 await self._shards.tick()  # join before the first plan: writers spread at once
                 self._tasks.append(asyncio.create_task(self._shards.run()))
@@ -237,6 +239,8 @@ class Manager:
         )
         self._workers.clear()
         await self._cursors.flush()
+        if self._cursor_task is not None:
+            self._cursor_task.cancel()
         if self._shards is not None:
             await self._shards.stop()  # the others take the writers over at once
         self._providers.close()
@@ -309,7 +313,11 @@ class Manager:
             self._requests.reconsider()
         if self._webhook is not None and self._speaks_for("webhook/attribution"):
             await self._webhook.sync(self.plan.streams.values())
-        self.synced = all(r.informer.synced.is_set() for r in self._streams.values())
+        # A stream the operator may not list (WatchForbidden, in the target's status) does not
+        # hold readiness back: it needs an RBAC change, not a restart.
+        self.synced = all(
+            r.informer.synced.is_set() or r.informer.forbidden for r in self._streams.values()
+        )
         await self._write_statuses()
 
     def _apply_workers(self) -> None:
@@ -473,6 +481,7 @@ class Manager:
                 label_selector=spec.server_selector,
                 resume_from=resume.resource_version if resume else None,
                 known=resume.known if resume else (),
+                on_access=self._poke.set,
             )
             self._streams[key] = _Running(
                 spec, informer, asyncio.create_task(informer.run()), target.noise, admitted[key]
@@ -640,14 +649,18 @@ class Manager:
         if t.writable:
             domain += self._encryption.conditions(t.key)
             extra.update(self._encryption.status(t.key))
-            domain.append(
-                Cond(
-                    c.STREAMS_RUNNING,
-                    "True" if synced == len(streams) else "False",
-                    c.STREAMS_RUNNING if synced == len(streams) else c.PROGRESSING,
-                    f"{synced}/{len(streams)} watch streams synced",
+            forbidden = [r for r in streams if r.informer.forbidden]
+            if forbidden:
+                domain.append(_watch_forbidden(forbidden))
+            else:
+                domain.append(
+                    Cond(
+                        c.STREAMS_RUNNING,
+                        "True" if synced == len(streams) else "False",
+                        c.STREAMS_RUNNING if synced == len(streams) else c.PROGRESSING,
+                        f"{synced}/{len(streams)} watch streams synced",
+                    )
                 )
-            )
             report = self._reports.get(t.key)
             if report is None and streams and all(r.informer.resumed for r in streams):
                 domain.append(
@@ -673,8 +686,29 @@ class Manager:
         # Author wiring is reported (the Authors column), but commits flow: Ready ignores it.
         informative = (c.STREAMS_RUNNING, c.AUTHORS_ATTRIBUTED)
         return domain + kstatus(
-            [d for d in domain if d.type not in informative], progressing=progressing
+            [
+                d
+                for d in domain
+                if d.type not in informative
+                or (d.type == c.STREAMS_RUNNING and d.reason == c.WATCH_FORBIDDEN)
+            ],
+            progressing=progressing,
         ), extra
+
+
+def _watch_forbidden(streams: list[_Running]) -> Cond:
+    """StreamsRunning False: the operator's identity may not list/watch these types."""
+    where = sorted(
+        f"{r.spec.rtype.gvr} in {r.informer.namespace or 'all namespaces'}" for r in streams
+    )
+    first = streams[0].informer.forbidden or ""
+    return Cond(
+        c.STREAMS_RUNNING,
+        "False",
+        c.WATCH_FORBIDDEN,
+        f"The operator may not list/watch {', '.join(where)} (grant it in the operator's "
+        f"RBAC; retried with backoff): {first}",
+    )
 
 
 async def _stop(worker: BranchWorker) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -50,7 +51,10 @@ def registration(url: str, ca_pem: bytes, streams: Iterable[StreamSpec]) -> dict
         "webhooks": [
             {
                 "name": "changes.attribution.kubescribe.io",
-                "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_pem).decode()},
+                "clientConfig": {
+                    **client_config(url),
+                    "caBundle": base64.b64encode(ca_pem).decode(),
+                },
                 "rules": rules,
                 "failurePolicy": "Ignore",
                 "sideEffects": "None",
@@ -59,6 +63,26 @@ def registration(url: str, ca_pem: bytes, streams: Iterable[StreamSpec]) -> dict
                 "matchPolicy": "Equivalent",
             }
         ],
+    }
+
+
+_SERVICE = re.compile(r"^https://([a-z0-9-]+)\.([a-z0-9-]+)\.svc(?::(\d+))?(/.*)?$")
+
+
+def client_config(url: str) -> dict[str, Any]:
+    """`https://<name>.<namespace>.svc[:port]/path` becomes a Service reference (the API server
+    reaches Services without cluster DNS); any other URL is used as it is."""
+    found = _SERVICE.match(url)
+    if found is None:
+        return {"url": url}
+    name, namespace, port, path = found.groups()
+    return {
+        "service": {
+            "name": name,
+            "namespace": namespace,
+            "port": int(port or 443),
+            "path": path or "/",
+        }
     }
 
 

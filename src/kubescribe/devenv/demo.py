@@ -1,5 +1,6 @@
-"""The README's first command: a local control plane, a local bare Git remote, the operator,
-a few resources applied and changed, and the resulting `git log`."""
+"""The README's first command: a local control plane whose audit webhook points at the
+operator, a local bare Git remote, the operator, a few resources applied and changed by two
+users, and the resulting `git log` (each change authored by whoever made it)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from pathlib import Path
 import click
 
 from kubescribe.api.crds import render_crds
-from kubescribe.devenv.controlplane import ControlPlane
+from kubescribe.devenv.controlplane import AuditWebhook, ControlPlane, free_port
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.operator import OperatorProcess
+from kubescribe.devenv.pki import webhook_certs
 
 NS = "demo"
 
@@ -36,7 +38,11 @@ def _objects(remote_url: str) -> str:
             "apiVersion": "kubescribe.io/v1alpha1",
             "kind": "GitProvider",
             "metadata": {"name": "local", "namespace": NS},
-            "spec": {"url": remote_url, "allowedBranches": ["main"]},
+            "spec": {
+                "url": remote_url,
+                "allowedBranches": ["main"],
+                "attribution": {"mode": "attributed-author"},
+            },
         },
         {
             "apiVersion": "kubescribe.io/v1alpha1",
@@ -62,6 +68,33 @@ def _objects(remote_url: str) -> str:
     return "\n---\n".join(json.dumps(d) for d in docs)
 
 
+MASTERS = ("--as-group=system:masters",)
+
+
+def _audit(keep: Path) -> tuple[list[str], AuditWebhook]:
+    """Certificates for the audit receiver, its flags, and the control plane's audit webhook."""
+    certs = webhook_certs(keep / "certs")
+    port = free_port()
+    flags = [
+        f"--audit-addr=127.0.0.1:{port}",
+        f"--audit-tls-cert={certs.path('tls.crt')}",
+        f"--audit-tls-key={certs.path('tls.key')}",
+        f"--audit-client-ca={certs.path('client-ca.crt')}",
+    ]
+    hook = AuditWebhook(
+        url=f"https://127.0.0.1:{port}/audit-webhook/local",
+        ca_pem=certs.ca.cert_pem,
+        client=certs.client("kubescribe-audit-local"),
+    )
+    return flags, hook
+
+
+def _streams_running(cp: ControlPlane) -> bool:
+    target = cp.get_json("gittarget", "cluster-mirror", "-n", NS)
+    conditions = (target.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "StreamsRunning" and c["status"] == "True" for c in conditions)
+
+
 @click.command()
 @click.option(
     "--keep",
@@ -76,17 +109,19 @@ def main(keep: Path) -> None:
     shutil.rmtree(keep, ignore_errors=True)
     keep.mkdir(parents=True)
     remote = BareRemote.create(keep / "remote.git")
-    with ControlPlane(workdir=Path(tempfile.mkdtemp(prefix="kubescribe-demo-"))) as cp:
-        click.echo(f"control plane up at {cp.server}")
+    audit_flags, hook = _audit(keep)
+    with ControlPlane(audit=hook, workdir=Path(tempfile.mkdtemp(prefix="kubescribe-demo-"))) as cp:
+        click.echo(f"control plane up at {cp.server} (audit webhook -> the operator)")
         cp.apply(render_crds())
-        for plural in ("gitproviders", "gittargets", "watchrules", "clusterwatchrules"):
-            cp.kubectl("wait", "--for=condition=Established", f"crd/{plural}.kubescribe.io")
-        operator = OperatorProcess(cp.kubeconfig, keep).start()
+        cp.kubectl("wait", "--for=condition=Established", "crd", "--all")
+        operator = OperatorProcess(cp.kubeconfig, keep, *audit_flags).start()
         try:
             cp.apply(_objects(remote.url))
             click.echo(
                 "operator running; GitProvider, GitTarget and WatchRule applied in namespace demo"
             )
+            _wait(lambda: _streams_running(cp), "the watch streams")
+            alice, bob = ("--as=alice", *MASTERS), ("--as=bob", *MASTERS)
             cp.kubectl(
                 "create",
                 "configmap",
@@ -95,9 +130,17 @@ def main(keep: Path) -> None:
                 NS,
                 "--from-literal=LOG_LEVEL=info",
                 "--from-literal=FEATURE_X=on",
+                *alice,
             )
             cp.kubectl(
-                "create", "deployment", "web", "-n", NS, "--image=nginx:1.27", "--replicas=2"
+                "create",
+                "deployment",
+                "web",
+                "-n",
+                NS,
+                "--image=nginx:1.27",
+                "--replicas=2",
+                *alice,
             )
             path = "clusters/dev/demo/core/configmaps/app-settings.yaml"
             _wait(lambda: path in remote.files(), "the ConfigMap in Git")
@@ -109,12 +152,13 @@ def main(keep: Path) -> None:
                 NS,
                 "-p",
                 '{"data":{"LOG_LEVEL":"debug"}}',
+                *bob,
             )
             _wait(lambda: "debug" in remote.read(path), "the update in Git")
-            cp.kubectl("create", "configmap", "scratch", "-n", NS, "--from-literal=tmp=1")
+            cp.kubectl("create", "configmap", "scratch", "-n", NS, "--from-literal=tmp=1", *bob)
             scratch = "clusters/dev/demo/core/configmaps/scratch.yaml"
             _wait(lambda: scratch in remote.files(), "the second ConfigMap in Git")
-            cp.kubectl("delete", "configmap", "scratch", "-n", NS)
+            cp.kubectl("delete", "configmap", "scratch", "-n", NS, *alice)
             _wait(lambda: scratch not in remote.files(), "the delete in Git")
             click.echo("\n$ git log --stat (remote)\n")
             click.echo(git("log", "--stat", "--format=%h %an <%ae>%n    %s", cwd=remote.path))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 from dataclasses import dataclass
+from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -118,3 +119,35 @@ def rsa_key_pair() -> tuple[bytes, bytes]:
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
     return _key_pem(key), public
+
+
+@dataclass(frozen=True)
+class WebhookCerts:
+    """Files for the operator's HTTPS webhooks on loopback: `tls.crt`/`tls.key` (serving, for
+    127.0.0.1 and localhost, signed by `ca`, also in `ca.crt`) and `client-ca.crt` (the CA of
+    the client certificates the API server presents, issued with `client`)."""
+
+    dir: Path
+    ca: CertificateAuthority
+    client_ca: CertificateAuthority
+
+    def client(self, name: str) -> KeyPair:
+        return self.client_ca.issue(name, client=True)
+
+    def path(self, name: str) -> Path:
+        return self.dir / name
+
+
+def webhook_certs(directory: Path) -> WebhookCerts:
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = CertificateAuthority("kubescribe-webhooks-ca")
+    client_ca = CertificateAuthority("kubescribe-webhook-clients-ca")
+    serving = ca.issue("kubescribe", hosts=("127.0.0.1", "localhost"))
+    for name, data in (
+        ("tls.crt", serving.cert_pem),
+        ("tls.key", serving.key_pem),
+        ("ca.crt", ca.cert_pem),
+        ("client-ca.crt", client_ca.cert_pem),
+    ):
+        (directory / name).write_bytes(data)
+    return WebhookCerts(directory, ca, client_ca)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -80,9 +80,11 @@ class Informer:
         page_size: int = 500,
         resume_from: str | None = None,
         known: Iterable[ObjectKey] = (),
+        on_access: Callable[[], None] | None = None,
     ) -> None:
         """`resume_from`: watch from this resourceVersion instead of listing, with `known`
-        the objects the stream had delivered by then (a 410 re-lists and diffs with them)."""
+        the objects the stream had delivered by then (a 410 re-lists and diffs with them).
+        `on_access` is called whenever `forbidden` changes."""
         self.client = client
         self.rtype = rtype
         self.sink = sink
@@ -96,6 +98,10 @@ class Informer:
         self.synced = asyncio.Event()
         self._known: dict[ObjectKey, str] = dict.fromkeys(known, "") if self.rv else {}
         self._watch_list = True
+        self._on_access = on_access
+        # The API server's message while it refuses this identity list/watch (HTTP 403);
+        # None once a list or watch is allowed again. Retried with backoff meanwhile.
+        self.forbidden: str | None = None
         self.resumed = self.rv is not None
         if self.resumed:
             self.synced.set()  # its state is the stored one; the watch brings what came since
@@ -141,16 +147,25 @@ class Informer:
                     continue
                 metrics.WATCH_RESTARTS.labels(gvr, "error").inc()
                 log.warning("watch.error", gvr=gvr, status=exc.status, error=exc.message)
+                if exc.status == 403:
+                    self._set_forbidden(exc.message or exc.reason or "Forbidden")
                 await asyncio.sleep(backoff.next())
             except (aiohttp.ClientError, OSError, ValueError) as exc:
                 metrics.WATCH_RESTARTS.labels(gvr, "error").inc()
                 log.warning("watch.error", gvr=gvr, error=str(exc) or type(exc).__name__)
                 await asyncio.sleep(backoff.next())
 
+    def _set_forbidden(self, message: str | None) -> None:
+        if message != self.forbidden:
+            self.forbidden = message
+            if self._on_access is not None:
+                self._on_access()
+
     async def _snapshot(self, objects: dict[ObjectKey, dict[str, Any]], rv: str) -> None:
         deleted = set(self._known) - set(objects)
         self._known = {k: str(o["metadata"].get("resourceVersion", "")) for k, o in objects.items()}
         self.rv = rv
+        self._set_forbidden(None)
         await self.sink.on_snapshot(objects, deleted, rv)
         self.synced.set()
 
@@ -195,6 +210,7 @@ class Informer:
                     int(obj.get("code") or 500), obj.get("reason", ""), obj.get("message", "")
                 )
             backoff.reset()
+            self._set_forbidden(None)
             rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
             if event_type == "BOOKMARK":
                 annotations = (obj.get("metadata") or {}).get("annotations") or {}

@@ -70,8 +70,9 @@ def admission_app(
         request: web.Request, record: Callable[[Mapping[str, Any]], Awaitable[str]]
     ) -> web.Response:
         peer = peer_identities(request.transport)
-        if peer is None:
+        if peer is None and not clients.anonymous:
             return refuse(401, "no_client_certificate", "a client certificate is required")
+        peer = peer or frozenset()
         if not clients.allows(peer):
             return refuse(403, "client_not_allowed", "this client may not call here", peer)
         if request.content_type != "application/json":

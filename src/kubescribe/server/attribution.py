@@ -60,6 +60,7 @@ class AttributionOptions:
     webhook_tls_key: Path | None = None
     webhook_client_ca: Path | None = None
     webhook_client_cns: tuple[str, ...] = (DEFAULT_CLIENT,)
+    webhook_allow_anonymous: bool = False  # managed clusters: the API server has no client cert
     changes_webhook_url: str = ""  # set: record who writes watched objects (attribution)
     changes_webhook_ca: Path | None = None  # caBundle of the registration
     max_facts: int = 100_000
@@ -76,7 +77,7 @@ class AttributionOptions:
             found.append("--audit-addr needs --audit-client-ca (clients must authenticate)")
         if self.webhook_addr and not (self.webhook_tls_cert and self.webhook_tls_key):
             found.append("--webhook-addr needs --webhook-tls-cert and --webhook-tls-key")
-        if self.webhook_addr and not self.webhook_client_ca:
+        if self.webhook_addr and not self.webhook_client_ca and not self.webhook_allow_anonymous:
             found.append(
                 "--webhook-addr needs --webhook-client-ca (kube-apiserver must authenticate: "
                 "without it anyone reaching the port could name CommitRequest authors)"
@@ -190,7 +191,10 @@ async def attribution(opts: AttributionOptions) -> AsyncIterator[Attribution]:
             ctx = server_context(
                 opts.webhook_tls_cert, opts.webhook_tls_key, opts.webhook_client_ca
             )
-            clients = ClientPolicy(frozenset(c.strip() for c in opts.webhook_client_cns))
+            clients = ClientPolicy(
+                frozenset(c.strip() for c in opts.webhook_client_cns),
+                anonymous=opts.webhook_allow_anonymous,
+            )
             app = admission_app(
                 requests,
                 clients,

@@ -39,9 +39,10 @@ class ClientPolicy:
     DNS or URI subject alternative names, is in `names` (`*`: any the client CA verifies)."""
 
     names: frozenset[str]
+    anonymous: bool = False  # no client authentication at all (managed clusters: see docs)
 
     def allows(self, peer: frozenset[str]) -> bool:
-        return ANY_CLIENT in self.names or not self.names.isdisjoint(peer)
+        return self.anonymous or ANY_CLIENT in self.names or not self.names.isdisjoint(peer)
 
 
 def peer_identities(transport: Any) -> frozenset[str] | None:

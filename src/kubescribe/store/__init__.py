@@ -1,1 +1,2 @@
-"""kubescribe.store."""
+"""State shared beyond one process: the fact index (memory, Redis Streams) and watch resume
+cursors (none, Redis)."""

@@ -1,0 +1,3 @@
+module kubescribe.io/cluster/pause
+
+go 1.26.0
