@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import yaml
 
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote
+from kubescribe.devenv.operator import OperatorProcess
 from tests.e2e.mirror_objects import (
     cluster_watch_rule,
     configmap,
@@ -19,10 +21,11 @@ from tests.e2e.mirror_objects import (
     watch_rule,
 )
 from tests.e2e.test_mirror import CM_RULE, cm_path, setup_mirror, wait_ready
-from tests.support import Operator, manifest, stays, wait_for
+from tests.support import Operator, manifest, stays, wait_condition, wait_for
 
 pytestmark = pytest.mark.controlplane
 
+DEPLOY = Path(__file__).parents[2] / "deploy" / "kubescribe.yaml"
 DEPLOY_RULE = {"apiGroups": ["apps"], "resources": ["deployments"]}
 
 
@@ -165,3 +168,58 @@ def test_a_cluster_watch_rule_mirrors_the_namespaces_it_selects(
         assert not any(f"/{spaces[3]}/" in f or f"/{spaces[4]}/" in f for f in remote.files())
     finally:
         cp.kubectl("delete", "clusterwatchrule", f"{ns}-all")
+
+
+def test_a_type_the_operator_may_not_watch_is_watch_forbidden_on_the_rule_and_target(
+    crds: ControlPlane, namespace: str, remote: BareRemote, tmp_path: Path
+) -> None:
+    cp, ns = crds, namespace
+    user = f"limited-{ns[-6:]}"
+    base = next(
+        d
+        for d in yaml.safe_load_all(DEPLOY.read_text())
+        if d and d["kind"] == "ClusterRole" and d["metadata"]["name"] == "kubescribe"
+    )
+    rules = [
+        *base["rules"],
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
+    ]
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": user},
+        "rules": rules,
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
+    cp.apply(manifest(role, binding))
+    op = OperatorProcess(cp.user_kubeconfig(user), tmp_path / "operator").start()
+    try:
+        services = {"apiGroups": [""], "resources": ["services"]}
+        cp.apply(
+            manifest(
+                provider("git", ns, remote.url),
+                target("mirror", ns, "git", "mirror"),
+                watch_rule("cms", ns, "mirror", CM_RULE),
+                watch_rule("svcs", ns, "mirror", services),
+                configmap("granted", ns, {"a": "1"}),
+            )
+        )
+        wait_for(lambda: cm_path(ns, "granted") in remote.files(), what="the granted type")
+        cond = wait_condition(
+            cp, "watchrule", "svcs", ns, "StreamsRunning", "False", "WatchForbidden"
+        )
+        assert f"core/v1/services in {ns}" in cond["message"]
+        wait_condition(cp, "watchrule", "svcs", ns, "Ready", "False", "WatchForbidden")
+        wait_condition(cp, "watchrule", "cms", ns, "StreamsRunning", "True", "StreamsRunning")
+        wait_condition(cp, "watchrule", "cms", ns, "Ready", "True")
+        wait_condition(cp, "gittarget", "mirror", ns, "StreamsRunning", "False", "WatchForbidden")
+    finally:
+        op.stop()
+        cp.kubectl("delete", "clusterrolebinding,clusterrole", user, check=False)
+        cp.kubectl("delete", "gitproviders,gittargets,watchrules", "--all", "-n", ns, check=False)

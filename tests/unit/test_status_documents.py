@@ -21,8 +21,24 @@ def test_an_invalid_path_makes_the_target_not_ready_and_stalled() -> None:
     )
     assert (cond.status, cond.reason) == ("False", "InvalidPath")
     assert cond.message == (
-        "2 document(s) not written: ClusterRole .git: .git/x.yaml: Git refuses (and 1 more)"
+        "2 document(s) not written: ClusterRole .git: .git/x.yaml: Git refuses;"
+        " ConfigMap ns1/a: taken"
     )
     ready, stalled, _ = kstatus([cond], progressing=None)
     assert (ready.status, ready.reason) == ("False", "InvalidPath")
     assert stalled.status == "True"
+
+
+def test_the_message_counts_and_names_the_first_three() -> None:
+    failing = [
+        (Identity("", "ConfigMap", "ns1", f"c{i}"), "DuplicateIdentity", f"x/c{i}.yaml holds it")
+        for i in range(5)
+    ]
+    cond = documents_condition(failing)
+    assert (cond.status, cond.reason) == ("False", "DuplicateIdentity")
+    assert cond.message == (
+        "5 document(s) not written: ConfigMap ns1/c0: x/c0.yaml holds it;"
+        " ConfigMap ns1/c1: x/c1.yaml holds it; ConfigMap ns1/c2: x/c2.yaml holds it"
+        " (and 2 more)"
+    )
+    assert kstatus([cond], progressing=None)[0].status == "False"

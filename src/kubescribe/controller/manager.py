@@ -534,12 +534,35 @@ class Manager:
                 if r is None or not self._speaks_for(f"{kind}/{key[0]}/{key[1]}"):
                     continue
                 domain = self._rule_conditions(r)
+                streams = self._rule_streams(r)
+                if streams is not None:
+                    domain.append(streams)
+                counted = [
+                    d
+                    for d in domain
+                    if d.type != c.STREAMS_RUNNING or d.reason == c.WATCH_FORBIDDEN
+                ]
                 await self._status.write(
                     obj,
                     plural,
-                    domain + kstatus(domain, progressing=None),
+                    domain + kstatus(counted, progressing=None),
                     {"resolvedResources": list(r.resolved)},
                 )
+
+    def _rule_streams(self, r: RulePlan) -> Cond | None:
+        """`StreamsRunning` of a rule: the state of the streams it feeds (None: none run
+        here). A type the operator may not list/watch is `WatchForbidden`, naming it."""
+        if r.problem is not None or r.target is None:
+            return None
+        namespaces = set(r.sources or (r.key[0],)) if r.kind == "WatchRule" else {""}
+        mine = [
+            run
+            for run in self._streams.values()
+            if run.spec.target == r.target
+            and run.spec.rtype.gvr in r.resolved
+            and run.spec.namespace in namespaces
+        ]
+        return streams_condition(mine) if mine else None
 
     def _speaks_for(self, name: str) -> bool:
         """Whether this replica writes the status of an object no writer Lease covers."""
@@ -649,18 +672,7 @@ class Manager:
         if t.writable:
             domain += self._encryption.conditions(t.key)
             extra.update(self._encryption.status(t.key))
-            forbidden = [r for r in streams if r.informer.forbidden]
-            if forbidden:
-                domain.append(_watch_forbidden(forbidden))
-            else:
-                domain.append(
-                    Cond(
-                        c.STREAMS_RUNNING,
-                        "True" if synced == len(streams) else "False",
-                        c.STREAMS_RUNNING if synced == len(streams) else c.PROGRESSING,
-                        f"{synced}/{len(streams)} watch streams synced",
-                    )
-                )
+            domain.append(streams_condition(streams))
             report = self._reports.get(t.key)
             if report is None and streams and all(r.informer.resumed for r in streams):
                 domain.append(
@@ -694,6 +706,21 @@ class Manager:
             ],
             progressing=progressing,
         ), extra
+
+
+def streams_condition(streams: list[_Running]) -> Cond:
+    """`StreamsRunning` of a set of streams: WatchForbidden (naming the types) when the
+    operator may not list/watch some; otherwise how many have their initial snapshot."""
+    forbidden = [r for r in streams if r.informer.forbidden]
+    if forbidden:
+        return _watch_forbidden(forbidden)
+    synced = sum(1 for r in streams if r.informer.synced.is_set())
+    return Cond(
+        c.STREAMS_RUNNING,
+        "True" if synced == len(streams) else "False",
+        c.STREAMS_RUNNING if synced == len(streams) else c.PROGRESSING,
+        f"{synced}/{len(streams)} watch streams synced",
+    )
 
 
 def _watch_forbidden(streams: list[_Running]) -> Cond:

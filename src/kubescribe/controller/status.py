@@ -33,12 +33,14 @@ def documents_condition(failing: Sequence[tuple[Identity, str, str]]) -> Cond:
     failing = [f for f in failing if f[1] not in _RENDER_REASONS]
     if not failing:
         return Cond(c.DOCUMENTS_WRITTEN, "True", c.DOCUMENTS_WRITTEN, "Every document is written")
-    identity, reason, message = failing[0]
-    more = f" (and {len(failing) - 1} more)" if len(failing) > 1 else ""
-    text = (
-        f"{len(failing)} document(s) not written: {identity.kind} {identity.ref}: {message}{more}"
-    )
+    reason = failing[0][1]
+    first = "; ".join(f"{i.kind} {i.ref}: {m}" for i, _, m in failing[:_LISTED])
+    more = f" (and {len(failing) - _LISTED} more)" if len(failing) > _LISTED else ""
+    text = f"{len(failing)} document(s) not written: {first}{more}"
     return Cond(c.DOCUMENTS_WRITTEN, "False", reason, text)
+
+
+_LISTED = 3  # documents named in the message
 
 
 _RENDER_REASONS = frozenset({c.KUSTOMIZE_UNSUPPORTED, c.RENDER_MISMATCH})

@@ -403,6 +403,7 @@ class Build:
         refused."""
         entry = plan.index.get(identity)
         multi: bytes | None = None  # the multi-document file the document lives in
+        path = ""
         try:
             encrypted = config.renderer.encrypted(rtype)
             previous: bytes | None = None
@@ -449,7 +450,8 @@ class Build:
             self.writer.log.exception(
                 "rendering failed", target=str(config.key), kind=identity.kind
             )
-            self._refuse(config, identity, RENDER_FAILED, f"{type(exc).__name__}: {exc}")
+            where = f"{path}: " if path else ""
+            self._refuse(config, identity, RENDER_FAILED, f"{where}{type(exc).__name__}: {exc}")
             return None
         oid = pygit2.hash(data)
         self.failing[config.key].pop(identity, None)
