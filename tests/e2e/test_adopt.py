@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote
+from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.operator import OperatorProcess
 from tests.e2e.mirror_objects import (
     cluster_watch_rule,
@@ -223,3 +223,143 @@ def test_a_type_the_operator_may_not_watch_is_watch_forbidden_on_the_rule_and_ta
         op.stop()
         cp.kubectl("delete", "clusterrolebinding,clusterrole", user, check=False)
         cp.kubectl("delete", "gitproviders,gittargets,watchrules", "--all", "-n", ns, check=False)
+
+
+def hand_kept(ns: str) -> dict[str, str]:
+    """Files a team keeps by hand: a commented two-document file, a .yml file, and a file
+    formatted unlike the operator's output."""
+    return {
+        f"mirror/{ns}/settings.yaml": (
+            "# Team settings, kept by hand.\n"
+            f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a   # the first\n"
+            f'  namespace: {ns}\ndata:\n  # size in MiB\n  size: "10"\n  mode: fast\n'
+            "---\n# the second\n"
+            f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: b, namespace: {ns}}}\n"
+            "data:\n    k: v\n"
+        ),
+        f"mirror/{ns}/c.yml": (
+            f"kind: ConfigMap\napiVersion: v1\nmetadata:\n  namespace: {ns}\n  name: c\n"
+            'data: {x: "1"}\n'
+        ),
+        f"mirror/{ns}/d.yaml": (
+            f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  namespace: {ns}\n  name: d\n"
+            'data:\n  z: "last"\n  a: "first"   # keep me\n'
+        ),
+    }
+
+
+def test_an_adopted_repository_is_edited_in_place_with_minimal_diffs(
+    crds: ControlPlane, namespace: str, remote: BareRemote, operator: Callable[..., Operator]
+) -> None:
+    cp, ns = crds, namespace
+    files = hand_kept(ns)
+    for path, text in files.items():
+        remote.commit_foreign(path, text, f"add {path}")
+    seeded = remote.tip()
+    cp.apply(
+        manifest(
+            configmap("a", ns, {"size": "10", "mode": "fast"}),
+            configmap("b", ns, {"k": "v"}),
+            configmap("c", ns, {"x": "1"}),
+            configmap("d", ns, {"z": "last", "a": "first"}),
+        )
+    )
+    operator()
+    setup_mirror(cp, ns, remote)
+    wait_ready(cp, ns)
+    wait_for(
+        lambda: cp.get_json("gittarget", "mirror", "-n", ns)["status"].get("documents") == 4,
+        what="4 documents indexed",
+    )
+    assert remote.tip() == seeded  # the first snapshot made no commit
+    settings = f"mirror/{ns}/settings.yaml"
+
+    cp.kubectl("patch", "configmap", "a", "-n", ns, "-p", '{"data":{"size":"20"}}')
+    wait_for(lambda: remote.tip() != seeded, what="the change committed")
+    assert remote.read(settings) == files[settings].replace('size: "10"', 'size: "20"')
+    diff = git("diff", "-U0", seeded, remote.branch, "--", settings, cwd=remote.path)
+    assert [
+        line for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in "+++---"
+    ] == [
+        '-  size: "10"',
+        '+  size: "20"',
+    ]
+    cp.kubectl("delete", "configmap", "b", "-n", ns)
+    wait_for(lambda: "name: b" not in remote.read(settings), what="b's document removed")
+    assert (
+        remote.read(settings)
+        == files[settings].replace('size: "10"', 'size: "20"').split("---\n")[0]
+    )
+    assert sorted(remote.files()) == sorted(files)
+
+
+def test_a_new_branch_starts_from_the_default_branch_tip(
+    crds: ControlPlane, namespace: str, remote: BareRemote, operator: Callable[..., Operator]
+) -> None:
+    cp, ns = crds, namespace
+    remote.commit_foreign("README.md", "the team's repository\n", "readme")
+    main_tip = remote.tip()
+    cp.apply(manifest(configmap("a", ns, {"k": "v"})))
+    operator()
+    cp.apply(
+        manifest(
+            provider("git", ns, remote.url),
+            target("mirror", ns, "git", "mirror", branch="kubescribe/mirror"),
+            watch_rule("rule", ns, "mirror", CM_RULE),
+        )
+    )
+    wait_for(lambda: remote.tip("kubescribe/mirror") is not None, what="the new branch")
+    first = remote.log("kubescribe/mirror")[0]["sha"]
+    parents = git("rev-list", "--parents", "-n", "1", first, cwd=remote.path).split()[1:]
+    assert parents == [main_tip]
+    assert "README.md" in remote.files("kubescribe/mirror")
+    assert remote.tip() == main_tip
+
+
+def test_every_clone_checks_out_long_and_case_colliding_names(
+    crds: ControlPlane,
+    namespace: str,
+    remote: BareRemote,
+    operator: Callable[..., Operator],
+    tmp_path: Path,
+) -> None:
+    cp, ns = crds, namespace
+    long_name = "x" * 253
+    roles = [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name, "labels": {"test": ns}},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": [verb]}],
+        }
+        for name, verb in (("Admin:x", "get"), ("admin:x", "list"))
+    ]
+    cp.apply(manifest(configmap(long_name, ns, {"k": "v"}), *roles))
+    rbac = {
+        "apiGroups": ["rbac.authorization.k8s.io"],
+        "resources": ["clusterroles"],
+        "labelSelector": {"matchLabels": {"test": ns}},
+    }
+    operator()
+    setup_mirror(cp, ns, remote)
+    cp.apply(manifest(cluster_watch_rule(f"{ns}-roles", "mirror", ns, rbac)))
+    try:
+        wait_for(lambda: len(remote.files()) == 3, what="three files")
+        files = remote.files()
+        assert len({f.lower() for f in files}) == 3
+        for ignorecase in ("false", "true"):
+            clone = tmp_path / f"clone-{ignorecase}"
+            git("-c", f"core.ignorecase={ignorecase}", "clone", "-q", remote.url, str(clone))
+            assert git("status", "--porcelain", cwd=clone) == ""
+            held = [yaml.safe_load((clone / f).read_text()) for f in files]
+            assert sorted(d["metadata"]["name"] for d in held) == sorted(
+                [long_name, "Admin:x", "admin:x"]
+            )
+        verbs = {
+            d["metadata"]["name"]: d["rules"][0]["verbs"]
+            for d in (yaml.safe_load(remote.read(f)) for f in files if "clusterroles" in f)
+        }
+        assert verbs == {"Admin:x": ["get"], "admin:x": ["list"]}
+    finally:
+        cp.kubectl("delete", "clusterwatchrule", f"{ns}-roles", check=False)
+        cp.kubectl("delete", "clusterrole", "Admin:x", "admin:x", check=False)
