@@ -411,3 +411,40 @@ async def test_patch_files_are_not_documents_and_a_patched_object_is_not_removed
     await h.settle(snapshot({}, ns=NS, rtype=DEPLOYMENTS))
     assert remote.tip() == tip
     assert [f[1] for f in h.last().failing] == [KUSTOMIZE_UNSUPPORTED]
+
+
+async def test_a_document_of_a_multi_document_file_is_found_through_the_namespace(
+    remote: BareRemote, make: Callable[..., Harness], kustomize_bin: Path
+) -> None:
+    both = "\n---\n".join(
+        yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}})
+        for n in ("one", "two")
+    )
+    remote.commit_foreign(
+        f"{FOLDER}/kustomization.yaml", "namespace: prod\nresources: [both.yaml]\n", "k"
+    )
+    remote.commit_foreign(f"{FOLDER}/both.yaml", both, "two in one file")
+    h = make(target(PruneMode.NEVER, folder=FOLDER, kustomize=KustomizeConfig()))
+    doc = configmap("two", k="1")
+    doc["metadata"]["namespace"] = "prod"
+    item = Change(
+        TARGET,
+        Operation.UPDATE,
+        Identity("", "ConfigMap", "prod", "two"),
+        CONFIGMAPS,
+        doc,
+        time.monotonic(),
+        cursor(),
+    )
+    await h.settle(item)
+    assert h.last().failing == []
+    assert remote.files() == sorted([f"{FOLDER}/kustomization.yaml", f"{FOLDER}/both.yaml"])
+    first, second = remote.read(f"{FOLDER}/both.yaml").split("\n---\n")
+    assert first + "\n" == both.split("\n---\n")[0] + "\n"
+    assert yaml.safe_load(second) == {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "two"},  # the kustomization sets the namespace
+        "data": {"k": "1"},
+    }
+    kustomize.build_remote(kustomize_bin, remote.path, FOLDER)

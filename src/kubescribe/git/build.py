@@ -407,14 +407,16 @@ class Build:
         try:
             encrypted = config.renderer.encrypted(rtype)
             previous: bytes | None = None
+            held = identity
             if entry is not None and entry.multi:
+                held = entry.held or identity  # as the file knows it
                 current = self._multi_file(plan, entry.path)
                 if encrypted or current is None:  # encrypted documents get a file of their own
                     if current is not None:
-                        self._keep_multi(plan, entry.path, docedit.remove(current, identity))
+                        self._keep_multi(plan, entry.path, docedit.remove(current, held))
                     entry = None
                 else:
-                    multi, previous = current, docedit.body_of(current, identity)
+                    multi, previous = current, docedit.body_of(current, held)
             if entry is None:
                 path = posixpath.join(
                     folder,
@@ -442,7 +444,7 @@ class Build:
                 if data == previous:
                     self.failing[config.key].pop(identity, None)
                     return path
-                data = docedit.replace(multi, identity, data)
+                data = docedit.replace(multi, held, data)
         except RefusedContent as refused:
             self._refuse(config, identity, refused.reason, refused.message)
             return None
@@ -457,7 +459,7 @@ class Build:
         self.failing[config.key].pop(identity, None)
         if multi is not None:
             self._keep_multi(plan, path, data)
-            plan.write(identity, Entry(path, oid, multi=True))
+            plan.write(identity, Entry(path, oid, multi=True, held=held))
             return path
         if entry is not None and entry.path == path and entry.oid == oid:
             return path
@@ -591,7 +593,8 @@ class Build:
                 return
         if entry.multi:
             current = self._multi_file(plan, entry.path)
-            left = docedit.remove(current, identity) if current is not None else None
+            held = entry.held or identity
+            left = docedit.remove(current, held) if current is not None else None
             self._keep_multi(plan, entry.path, left)
             plan.deletes[identity] = entry
             if left is not None:

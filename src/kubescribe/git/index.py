@@ -39,6 +39,7 @@ class Entry:
     path: str
     oid: pygit2.Oid
     multi: bool = False  # one of several documents of the file at `path`
+    held: Identity | None = None  # a multi-document file's own identity of it (untranslated)
 
 
 def identify_all(data: bytes) -> Held:
@@ -153,7 +154,7 @@ class TargetIndex:
                     if found is not None and translate is not None:
                         known_as = translate(path, found)
                     if known_as is not None:
-                        self._add(known_as, Entry(path, oid, multi=True))
+                        self._add(known_as, Entry(path, oid, multi=True, held=found))
                 continue
             identity = held
             if identity is not None and translate is not None:
