@@ -10,6 +10,7 @@ import pytest
 
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote
+from kubescribe.mirror.layout import file_name
 from tests.e2e.mirror_objects import (
     cluster_watch_rule,
     configmap,
@@ -81,7 +82,9 @@ def _check(
         )
     )
     ok_file = f"ok/{ns}/core/configmaps/taken.yaml"
-    role_files = {f"ok/_{n}/ClusterRole.yaml" for n in ROLE_NAMES}
+    # `.git` spellings get a `_` prefix; `GIT~1` is mapped like any upper-case name
+    role_files = {"ok/_.git/ClusterRole.yaml", "ok/_.gitmodules/ClusterRole.yaml"}
+    role_files.add(f"ok/{file_name('GIT~1')}/ClusterRole.yaml")
     wait_for(lambda: {ok_file, *role_files} <= set(remote.files()), what="the ok target's files")
     wait_for(
         lambda: _cond(cp, ns, "blocked", "DocumentsWritten") == ("False", "PathConflict"),

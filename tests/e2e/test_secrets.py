@@ -166,7 +166,7 @@ def test_secret_is_encrypted_stable_and_never_in_plaintext(
     first = operator()
     db = secret("db", ns, user="app", password=CANARY)
     # Tools keep whole manifests in annotations, and checksums of values in labels.
-    db["metadata"]["annotations"] = {"kapp.k14s.io/original": json.dumps(db)}
+    db["metadata"]["annotations"] = {"tool.example.com/original": json.dumps(db)}
     db["metadata"]["labels"] = {"checksum": LABEL_CANARY}
     cp.apply(manifest(db))
     setup(
@@ -198,7 +198,7 @@ def test_secret_is_encrypted_stable_and_never_in_plaintext(
     assert plain["metadata"]["labels"] == db["metadata"]["labels"]
     visible = yaml.safe_load(written)["metadata"]  # keys stay readable for reviews
     assert (list(visible["annotations"]), list(visible["labels"])) == (
-        ["kapp.k14s.io/original"],
+        ["tool.example.com/original"],
         ["checksum"],
     )
 
