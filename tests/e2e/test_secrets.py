@@ -236,15 +236,23 @@ def test_secret_is_encrypted_stable_and_never_in_plaintext(
     assert_never_in_plaintext(remote, [first, second], CANARY, CANARY_2, LABEL_CANARY)
 
 
+@pytest.mark.parametrize("cursors", ["memory", "redis"])
 def test_without_encryption_secrets_are_refused_and_the_rest_flows(
     crds: ControlPlane,
     namespace: str,
     remote: BareRemote,
     operator: Callable[..., Operator],
     tmp_path: Path,
+    cursors: str,
+    request: pytest.FixtureRequest,
 ) -> None:
+    """With saved resume cursors (Redis) too: configuring encryption lists the Secrets again
+    instead of resuming past the refused ones."""
     cp, ns = crds, namespace
-    op = operator()
+    extra = []
+    if cursors == "redis":
+        extra.append(f"--redis-url={request.getfixturevalue('redis_server').url}")
+    op = operator(*extra)
     cp.apply(manifest(secret("db", ns, password=CANARY), configmap("app", ns, {"k": "v"})))
     setup(cp, ns, remote, SECRET_RULE, CM_RULE)
     wait_for(lambda: f"mirror/{ns}/core/configmaps/app.yaml" in remote.files(), what="ConfigMap")

@@ -150,6 +150,7 @@ class Manager:
         self._streams: dict[str, _Running] = {}
         self._workers: dict[WorkerKey, BranchWorker] = {}
         self._stopping: dict[WorkerKey, asyncio.Task[None]] = {}
+        self._relist: set[str] = set()  # streams to list afresh, not resume from a cursor
         self._cursors = CursorKeeper(self.settings.cursors)
         self._shards: Shards | None = None
         if self.settings.replica_id:
@@ -305,6 +306,7 @@ class Manager:
             if (running := self._streams.pop(key, None)) is not None:
                 running.task.cancel()
                 self._cursors.drop(key)
+                self._relist.add(key)  # a saved cursor would skip what was refused
         await self._apply_streams()
         owned = frozenset(self._workers)
         if owned != self._owned:
@@ -465,11 +467,14 @@ class Manager:
                 ack_now=self._cursors.acked_at_once,
                 admitted=admitted[key],
             )
-            try:
-                resume = await self.settings.cursors.load(key, sink.fingerprint)
-            except Exception as exc:  # the store is down: list afresh, which is always right
-                log.warning("cursor.load_failed", error=str(exc) or type(exc).__name__)
-                resume = None
+            resume = None
+            if key in self._relist:
+                self._relist.discard(key)
+            else:
+                try:
+                    resume = await self.settings.cursors.load(key, sink.fingerprint)
+                except Exception as exc:  # the store is down: list afresh, always right
+                    log.warning("cursor.load_failed", error=str(exc) or type(exc).__name__)
             sink.journal = self._cursors.journal(key, sink.fingerprint)
             client = self._client_of(spec)
             assert client is not None
