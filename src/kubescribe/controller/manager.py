@@ -444,17 +444,21 @@ class Manager:
         for key, running in list(self._streams.items()):
             spec = running.spec
             target_noise = self.plan.targets[spec.target].noise if key in wanted else None
+            # A new noise policy re-renders every document; namespaces that join or leave
+            # are snapshotted in or (under prune Always) swept: both need a fresh list.
+            relist = key in wanted and (
+                running.noise != target_noise or running.admitted != admitted.get(key)
+            )
             if (
                 wanted.get(key) != spec
                 or running.informer.client is not self._client_of(spec)
-                or running.noise != target_noise  # a new policy: relist, re-render
-                # namespaces that join or leave: relist, so joiners are snapshotted in and
-                # (under prune Always) leavers swept
-                or running.admitted != admitted.get(key)
+                or relist
             ):
                 running.task.cancel()
                 del self._streams[key]
                 self._cursors.drop(key)
+                if relist:
+                    self._relist.add(key)  # never resume from a cursor saved before
         for key, spec in wanted.items():
             if key in self._streams:
                 continue
