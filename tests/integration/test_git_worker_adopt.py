@@ -6,10 +6,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from kubescribe.devenv.gitremote import BareRemote, git
+from kubescribe.git.targets import PlainRenderer
 from kubescribe.mirror.changes import Change, Operation
 from kubescribe.mirror.identity import Identity, ResourceType
 from tests.integration.test_git_worker import (
@@ -204,3 +206,28 @@ async def test_a_second_document_of_one_identity_is_reported_not_duplicated(
     (identity, reason, message), *_ = h.last().failing
     assert (identity, reason) == (ident("c"), "DuplicateIdentity")
     assert "clusters/dev/x/2.yaml" in message
+
+
+class FakeSops(PlainRenderer):
+    """Stands in for SOPS: every document is sensitive; marks its output."""
+
+    def encrypted(self, rtype: ResourceType) -> bool:
+        return True
+
+    def render(
+        self, identity: Identity, rtype: ResourceType, document: Any, previous: bytes | None
+    ) -> bytes:
+        return super().render(identity, rtype, document, previous) + b"sops:\n  version: fake\n"
+
+
+async def test_documents_of_yml_and_multi_document_files_move_to_files_of_their_own_when_encrypted(
+    remote: BareRemote, make: Callable[..., Harness]
+) -> None:
+    seed(remote)
+    h = make(target(renderer=FakeSops()))
+    await h.settle(upsert("c", op=Operation.UPDATE, x="1"), upsert("b", op=Operation.UPDATE, k="v"))
+    files = set(remote.files())
+    assert "clusters/dev/team/c.sops.yaml" in files
+    assert "clusters/dev/team/c.yml" not in files
+    assert path_of("b").removesuffix(".yaml") + ".sops.yaml" in files
+    assert remote.read("clusters/dev/team/settings.yaml") == MULTI.split("---\n", maxsplit=1)[0]

@@ -948,5 +948,5 @@ def _under(path: str, folder: str) -> bool:
 
 def _swap_suffix(path: str, encrypted: bool) -> str:
     if encrypted:
-        return path.removesuffix(".yaml") + ENCRYPTED_SUFFIX
+        return path.removesuffix(".yml").removesuffix(".yaml") + ENCRYPTED_SUFFIX
     return path.removesuffix(ENCRYPTED_SUFFIX) + ".yaml"
