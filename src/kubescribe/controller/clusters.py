@@ -12,8 +12,6 @@ ClusterProvider's `SourceClusterReachable` condition and on the GitTargets that 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +23,7 @@ import structlog
 from kubescribe.api import conditions as c
 from kubescribe.api.models import ConditionStatus
 from kubescribe.controller.desired import ClusterPlan
+from kubescribe.controller.ownership import secret_data
 from kubescribe.controller.status import Cond, kstatus
 from kubescribe.kube.client import ApiError, KubeClient, RateLimit
 from kubescribe.kube.config import KubeconfigRefused, from_untrusted_kubeconfig
@@ -159,9 +158,8 @@ class ClusterProviders:
             return
         version = str((secret.get("metadata") or {}).get("resourceVersion", ""))
         if version != state.secret_version or state.client is None:
-            try:
-                raw = base64.b64decode((secret.get("data") or {})[ref.key], validate=True)
-            except (KeyError, binascii.Error, TypeError):
+            raw = secret_data(secret).get(ref.key)
+            if raw is None:
                 self._set(
                     state,
                     "False",

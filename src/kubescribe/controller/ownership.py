@@ -1,4 +1,5 @@
-"""Secrets the operator generates: how they are marked, and whether one is the operator's.
+"""Secrets the operator reads and generates: their decoded data, how generated ones are marked,
+and whether one is the operator's.
 
 `generateWhenMissing` creates a Secret, or adds a key to one the operator created earlier; it
 never writes into a Secret someone else made (a tenant who may create GitProviders but not edit
@@ -7,11 +8,26 @@ Secrets must not be able to make the operator change one for them).
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Mapping
 from typing import Any
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = {MANAGED_BY_LABEL: "kubescribe"}
+
+
+def secret_data(obj: Mapping[str, Any] | None) -> dict[str, bytes]:
+    """The decoded `data` of a Secret; entries that are not base64 are left out."""
+    if obj is None:
+        return {}
+    out: dict[str, bytes] = {}
+    for name, value in (obj.get("data") or {}).items():
+        try:
+            out[name] = base64.b64decode(value or "", validate=True)
+        except (binascii.Error, ValueError, TypeError):
+            continue
+    return out
 
 
 def created_by_kubescribe(secret: Mapping[str, Any]) -> bool:

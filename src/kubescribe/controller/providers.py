@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import dataclasses
 import math
 import time
@@ -49,7 +48,12 @@ from kubescribe import metrics
 from kubescribe.api import conditions as c
 from kubescribe.api.models import GitProviderSpec, SigningSpec
 from kubescribe.controller.desired import ObjKey, Plan, Problem, ProviderPlan, WorkerKey
-from kubescribe.controller.ownership import MANAGED_BY, created_by_kubescribe, not_ours_message
+from kubescribe.controller.ownership import (
+    MANAGED_BY,
+    created_by_kubescribe,
+    not_ours_message,
+    secret_data,
+)
 from kubescribe.controller.status import Cond, kstatus
 from kubescribe.git.credentials import (
     Credentials,
@@ -492,14 +496,14 @@ class Providers:
             if secret is None:
                 problem = Problem(c.SECRET_NOT_FOUND, f"Secret {name!r} (spec.secretRef) not found")
             else:
-                data = _secret_data(secret)
+                data = secret_data(secret)
         known_hosts: bytes | None = None
         ref = spec.known_hosts_ref
         if ref is not None:
             plural = "secrets" if ref.kind == "Secret" else "configmaps"
             obj = await self._get(plural, namespace, ref.name)
             versions.append(_version(plural, ref.name, obj))
-            values = (_secret_data(obj) if ref.kind == "Secret" else _configmap_data(obj)) or {}
+            values = (secret_data(obj) if ref.kind == "Secret" else _configmap_data(obj)) or {}
             known_hosts = values.get(ref.key)
             if known_hosts is None and problem is None:
                 where = f"{ref.kind} {ref.name!r}"
@@ -534,7 +538,7 @@ class Providers:
         version = _version("secrets", name, secret)
         if previous is not None and version in previous.versions and previous.signer:
             return previous.signer, None, version
-        raw = _secret_data(secret).get(data_key) if secret is not None else None
+        raw = secret_data(secret).get(data_key) if secret is not None else None
         if raw is None:
             where = f"Secret {name!r}" if secret is None else f"key {data_key!r} of Secret {name!r}"
             if not spec.generate_when_missing:
@@ -645,21 +649,9 @@ def _version(plural: str, name: str, obj: Mapping[str, Any] | None) -> tuple[str
     return (plural, name, str(meta.get("uid", "")), str(meta.get("resourceVersion", "")))
 
 
-def _secret_data(obj: Mapping[str, Any] | None) -> dict[str, bytes]:
-    if obj is None:
-        return {}
-    out: dict[str, bytes] = {}
-    for name, value in (obj.get("data") or {}).items():
-        try:
-            out[name] = base64.b64decode(value or "", validate=True)
-        except (binascii.Error, ValueError):
-            continue
-    return out
-
-
 def _configmap_data(obj: Mapping[str, Any] | None) -> dict[str, bytes]:
     if obj is None:
         return {}
     out = {name: str(value).encode() for name, value in (obj.get("data") or {}).items()}
-    out.update(_secret_data({"data": obj.get("binaryData") or {}}))
+    out.update(secret_data({"data": obj.get("binaryData") or {}}))
     return out

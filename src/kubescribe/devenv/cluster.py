@@ -40,6 +40,7 @@ from kubescribe.devenv.controlplane import (
     REPO_ROOT,
     binaries_dir,
     kubeconfig_yaml,
+    run_tool,
 )
 from kubescribe.devenv.pki import CertificateAuthority, KeyPair, rsa_key_pair
 
@@ -250,17 +251,13 @@ class Cluster:
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
     ) -> subprocess.CompletedProcess[str]:
         assert self.tools is not None
-        done = subprocess.run(
+        return run_tool(
             [str(self.tools.kubectl), f"--kubeconfig={self.kubeconfig}", *args],
+            error=ClusterError,
             input=input,
-            capture_output=True,
-            text=True,
             timeout=timeout,
-            check=False,
+            check=check,
         )
-        if check and done.returncode != 0:
-            raise ClusterError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
-        return done
 
     def get_json(self, *args: str) -> Any:
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
@@ -275,17 +272,13 @@ class Cluster:
             "HELM_CONFIG_HOME": str(self.workdir / "helm" / "config"),
             "HELM_DATA_HOME": str(self.workdir / "helm" / "data"),
         }
-        done = subprocess.run(
+        return run_tool(
             [str(self.tools.helm), f"--kubeconfig={self.kubeconfig}", *args],
-            capture_output=True,
-            text=True,
+            error=ClusterError,
             timeout=timeout,
             env=env,
-            check=False,
+            check=check,
         )
-        if check and done.returncode != 0:
-            raise ClusterError(f"helm {' '.join(args)}: {done.stderr.strip()}")
-        return done
 
     def user_kubeconfig(self, user: str, group: str | None = None) -> Path:
         """A host-side kubeconfig of a client certificate for `user` (never system:masters)."""

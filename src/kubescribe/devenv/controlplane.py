@@ -89,6 +89,32 @@ def binaries_dir() -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
+def run_tool(
+    argv: Sequence[str],
+    *,
+    error: type[Exception],
+    input: str | None = None,
+    timeout: float = 60,
+    env: dict[str, str] | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """Run a command-line tool (kubectl, helm) and capture its output; raise `error` with its
+    stderr when `check` and it failed."""
+    done = subprocess.run(
+        list(argv),
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+    if check and done.returncode != 0:
+        name = Path(argv[0]).name
+        raise error(f"{name} {' '.join(argv[2:])} failed:\n{done.stderr.strip()}")
+    return done
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -403,17 +429,13 @@ class ControlPlane:
         another user); raise with its stderr when `check` fails."""
         assert self.bin_dir is not None, "control plane not started"
         config = kubeconfig or self.kubeconfig
-        done = subprocess.run(
+        return run_tool(
             [str(self.bin_dir / "kubectl"), f"--kubeconfig={config}", *args],
+            error=ControlPlaneError,
             input=input,
-            capture_output=True,
-            text=True,
             timeout=timeout,
-            check=False,
+            check=check,
         )
-        if check and done.returncode != 0:
-            raise ControlPlaneError(f"kubectl {' '.join(args)} failed:\n{done.stderr}")
-        return done
 
     def apply(self, manifest: str, *args: str) -> None:
         self.kubectl("apply", "-f", "-", *args, input=manifest)
