@@ -50,6 +50,17 @@ PUSHES = Counter(
     ["result"],
     registry=REGISTRY,
 )
+CACHE_PACKS = Gauge(
+    "kubescribe_cache_packs",
+    "Pack files in a branch's object cache (each batch adds one; a repack makes it one).",
+    ["branch"],
+    registry=REGISTRY,
+)
+REPACKS = Counter(
+    "kubescribe_cache_repacks_total",
+    "Object cache repacks (one pack of the reachable objects; garbage dropped).",
+    registry=REGISTRY,
+)
 QUEUE_DEPTH = Gauge(
     "kubescribe_queue_depth", "Changes waiting in a branch worker.", ["branch"], registry=REGISTRY
 )

@@ -1,4 +1,4 @@
-"""write_blobs: many blobs as one pack that libgit2 and git both read."""
+"""write_objects: many objects as one pack that libgit2 and git both read."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pygit2
 
-from kubescribe.git.pack import write_blobs
+from kubescribe.git.pack import write_objects
+
+BLOB = 3
 
 
 def test_blobs_in_a_pack_are_readable_and_valid(tmp_path: Path) -> None:
@@ -17,15 +19,20 @@ def test_blobs_in_a_pack_are_readable_and_valid(tmp_path: Path) -> None:
     blobs.append(b"")  # empty blob
     blobs.append(bytes(range(256)) * 40)  # binary, size needs a multi-byte header
     blobs.append(blobs[3])  # duplicate
-    oids = write_blobs(repo, blobs)
-    assert len(oids) == len(set(blobs))
+    stem = write_objects(repo, [(BLOB, data) for data in blobs])
+    assert stem is not None
+    idx = Path(repo.path) / "objects" / "pack" / f"{stem}.idx"
+    listed = subprocess.run(
+        ["git", "verify-pack", "-v", str(idx)], check=True, capture_output=True, text=True
+    ).stdout
+    assert sum(" blob " in line for line in listed.splitlines()) == len(set(blobs))
     for data in blobs:
         blob = repo[pygit2.hash(data)]
         assert isinstance(blob, pygit2.Blob)
         assert blob.data == data
     # A second pack right after the first is found too (no mtime-granularity surprises).
-    second = write_blobs(repo, [b"second pack"])
-    assert repo[second[0]].read_raw() == b"second pack"
+    write_objects(repo, [(BLOB, b"second pack")])
+    assert repo[pygit2.hash(b"second pack")].read_raw() == b"second pack"
 
     packs = sorted((Path(repo.path) / "objects" / "pack").glob("*.idx"))
     assert len(packs) == 2
@@ -43,5 +50,5 @@ def test_blobs_in_a_pack_are_readable_and_valid(tmp_path: Path) -> None:
 
 def test_nothing_to_write(tmp_path: Path) -> None:
     repo = pygit2.init_repository(str(tmp_path / "store.git"), bare=True)
-    assert write_blobs(repo, []) == []
+    assert write_objects(repo, []) is None
     assert not list((Path(repo.path) / "objects" / "pack").glob("*.pack"))

@@ -10,23 +10,22 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pygit2
 
 from kubescribe import metrics
 from kubescribe.git.index import Entry, TargetIndex, folder_tree
-from kubescribe.git.pack import write_blobs
 from kubescribe.git.targets import (
     DUPLICATE_IDENTITY,
     INVALID_PATH,
     KUSTOMIZE_UNSUPPORTED,
-    PACK_THRESHOLD,
     PATH_CONFLICT,
     REENCRYPT_FAILED,
     RENDER_FAILED,
     RENDER_MISMATCH,
     SOPS_CONFIG,
+    Committer,
     Encrypting,
     Item,
     Refusal,
@@ -57,8 +56,35 @@ from kubescribe.mirror.kustomize import (
 from kubescribe.mirror.layout import ENCRYPTED_SUFFIX
 from kubescribe.mirror.yamlfmt import load_yaml, load_yaml_all
 
-if TYPE_CHECKING:
-    from kubescribe.git.worker import Writer
+
+@dataclass
+class BuildCache:
+    """What a final build leaves to the next one of its branch (see `Build.commit_state`)."""
+
+    indexes: dict[tuple[TargetKey, str], TargetIndex] = field(default_factory=dict)
+    retained: dict[TargetKey, set[Identity]] = field(default_factory=dict)
+    failing: dict[TargetKey, dict[Identity, tuple[str, str]]] = field(default_factory=dict)
+    # Encryption upkeep: (folder tree, upkeep key) known to be in step, per target; the
+    # recipients of encrypted blobs; blobs that could not be re-encrypted, per upkeep key.
+    upkept: dict[TargetKey, tuple[pygit2.Oid | None, Any]] = field(default_factory=dict)
+    file_recipients: dict[pygit2.Oid, frozenset[str] | None] = field(default_factory=dict)
+    rekey_failed: set[tuple[pygit2.Oid, Any]] = field(default_factory=set)
+    # Parsed kustomization trees, by (target, root): (target folder tree, tree).
+    ktrees: dict[tuple[TargetKey, str], tuple[pygit2.Oid | None, Any]] = field(default_factory=dict)
+
+    def keep_only(self, targets: Mapping[TargetKey, TargetConfig]) -> None:
+        """Forget the targets (and folders) no longer written."""
+        wanted = {(t.key, t.folder) for t in targets.values()}
+        for stale in [k for k in self.indexes if k not in wanted]:
+            del self.indexes[stale]
+        for gone in [k for k in self.failing if k not in targets]:
+            del self.failing[gone]
+
+    def clear(self) -> None:
+        self.indexes.clear()
+        self.ktrees.clear()
+        self.upkept.clear()
+        self.file_recipients.clear()
 
 
 @dataclass
@@ -152,10 +178,18 @@ class Build:
     """One attempt at a batch: a chain of commits on `base`, built in memory."""
 
     def __init__(
-        self, writer: Writer, base: pygit2.Oid | None, targets: Mapping[TargetKey, TargetConfig]
+        self,
+        repo: pygit2.Repository,
+        cache: BuildCache,
+        committer: Committer,
+        log: Any,
+        base: pygit2.Oid | None,
+        targets: Mapping[TargetKey, TargetConfig],
     ) -> None:
-        self.writer = writer
-        self.repo = writer.open().repo
+        self.repo = repo
+        self.cache = cache
+        self.committer = committer
+        self.log = log
         self.targets = targets
         self.head = base
         self.tree: pygit2.Oid | None = None
@@ -172,7 +206,6 @@ class Build:
         self.written: list[Item] = []
         self.commits = {"change": 0, "snapshot": 0}
         self.unknown: set[TargetKey] = set()
-        self.blobs: dict[pygit2.Oid, bytes] = {}  # planned, not yet stored
         self.grouped: list[tuple[Change, str]] | None = None  # changes of the group being built
         self.requests: dict[RequestHandle, RequestResult] = {}
         self.upkept: dict[TargetKey, Any] = {}
@@ -187,7 +220,7 @@ class Build:
         if index is not None:
             return index
         key = (config.key, config.folder)
-        cached = self.writer.indexes.get(key)
+        cached = self.cache.indexes.get(key)
         tree_id = folder_tree(self.repo, self.base_tree, config.folder)
         ktree = self._load_kustomizations(config)
         translation = ("kustomize", ktree.root) if ktree is not None else None
@@ -201,8 +234,8 @@ class Build:
                 ktree.rendered_identity if ktree is not None else None,
                 translation,
             )
-            self.writer.indexes[key] = cached
-            self.writer.log.info(
+            self.cache.indexes[key] = cached
+            self.log.info(
                 "indexed",
                 target=str(config.key),
                 documents=len(cached),
@@ -210,8 +243,8 @@ class Build:
                 seconds=round(time.perf_counter() - started, 3),
             )
         index = self.indexes[config.key] = cached.copy()
-        self.retained[config.key] = set(self.writer.retained.get(config.key, ()))
-        self.failing[config.key] = dict(self.writer.failing.get(config.key, {}))
+        self.retained[config.key] = set(self.cache.retained.get(config.key, ()))
+        self.failing[config.key] = dict(self.cache.failing.get(config.key, {}))
         return index
 
     def _load_kustomizations(self, config: TargetConfig) -> Tree | None:
@@ -224,7 +257,7 @@ class Build:
             folder_id = folder_tree(self.repo, self.base_tree, config.folder)
             # Parsed once per folder tree: a build takes the writer's tree (and edits it);
             # `commit_state` gives it back for the tree it built, a failed build drops it.
-            cached = self.writer.ktrees.pop((config.key, root), None)
+            cached = self.cache.ktrees.pop((config.key, root), None)
             if cached is not None and cached[0] == folder_id and folder_id is not None:
                 tree = cached[1]
             else:
@@ -239,7 +272,7 @@ class Build:
         config = self.targets.get(item.target)
         if config is None:
             if item.target not in self.unknown:
-                self.writer.log.warning("item for an unconfigured target", target=str(item.target))
+                self.log.warning("item for an unconfigured target", target=str(item.target))
             self.unknown.add(item.target)
             return
         if isinstance(item, Snapshot):
@@ -268,7 +301,7 @@ class Build:
         if self.tree == base_tree or self.tree is None:
             return
         lines = [text for _, text in grouped]
-        author = group.author or self.writer.committer
+        author = group.author or self.committer
         if group.message is not None:
             text = messages.with_body(group.message, lines)
         elif len(grouped) == 1:
@@ -449,9 +482,7 @@ class Build:
             self._refuse(config, identity, refused.reason, refused.message)
             return None
         except Exception as exc:  # one bad document must not block the branch
-            self.writer.log.exception(
-                "rendering failed", target=str(config.key), kind=identity.kind
-            )
+            self.log.exception("rendering failed", target=str(config.key), kind=identity.kind)
             where = f"{path}: " if path else ""
             self._refuse(config, identity, RENDER_FAILED, f"{where}{type(exc).__name__}: {exc}")
             return None
@@ -463,7 +494,7 @@ class Build:
             return path
         if entry is not None and entry.path == path and entry.oid == oid:
             return path
-        self.blobs[oid] = data
+        self.repo.create_blob(data)
         plan.write(identity, Entry(path, oid))
         return path
 
@@ -474,7 +505,7 @@ class Build:
     def _keep_multi(self, plan: _Plan, path: str, data: bytes | None) -> None:
         plan.multi[path] = data
         if data is not None:
-            self.blobs[pygit2.hash(data)] = data
+            self.repo.create_blob(data)
 
     def _upsert_kustomized(
         self,
@@ -631,9 +662,8 @@ class Build:
                 k = ktree.flush(directory)
                 data = k.dump()
                 oid = pygit2.hash(data)
-                self.blobs[oid] = data
+                self.repo.create_blob(data)
                 plan.files[k.path] = oid
-        self._store_blobs()
         while True:
             edits = plan.edits()
             if not edits:
@@ -714,7 +744,7 @@ class Build:
                     what = "still renders" if want is None else "renders differently"
                     failing[identity] = (RENDER_MISMATCH, f"kustomize build {what} than live")
             metrics.RENDER_CHECK_SECONDS.observe(time.perf_counter() - started)
-            self.writer.log.info(
+            self.log.info(
                 "render check",
                 target=str(key),
                 objects=len(changed),
@@ -752,7 +782,7 @@ class Build:
             if key is None:
                 continue
             folder_id = folder_tree(self.repo, self.tree, config.folder)
-            if self.writer.upkept.get(config.key) != (folder_id, key):
+            if self.cache.upkept.get(config.key) != (folder_id, key):
                 renderer = config.renderer
                 assert isinstance(renderer, Encrypting)
                 self._upkeep(config, renderer, key)
@@ -773,7 +803,7 @@ class Build:
         """Plan every encrypted document whose recipients differ, encrypted for the new ones."""
         plan = _Plan(self.index(config))
         wanted = frozenset(renderer.recipients)
-        cache, failed = self.writer.file_recipients, self.writer.rekey_failed
+        cache, failed = self.cache.file_recipients, self.cache.rekey_failed
         for identity in list(plan.index):
             entry = plan.index.get(identity)
             assert entry is not None
@@ -793,7 +823,7 @@ class Build:
                     self._refuse(config, identity, REENCRYPT_FAILED, type(exc).__name__)
                 continue
             oid = pygit2.hash(data)
-            self.blobs[oid] = data
+            self.repo.create_blob(data)
             cache[oid] = wanted
             plan.write(identity, Entry(entry.path, oid))
         return plan
@@ -806,15 +836,14 @@ class Build:
         current = self._file(config_path)
         sops_config = renderer.sops_config(current)
         if sops_config is not None and sops_config != current:
-            self.blobs[pygit2.hash(sops_config)] = sops_config
+            self.repo.create_blob(sops_config)
             edits[config_path] = pygit2.hash(sops_config)
-        self._store_blobs()
         if not edits:
             return
         try:
             tree = edit_tree(self.repo, self.tree, edits)
         except TreeConflict as conflict:
-            self.writer.log.warning("upkeep skipped", target=str(config.key), error=str(conflict))
+            self.log.warning("upkeep skipped", target=str(config.key), error=str(conflict))
             return
         plan.apply()
         recipients = _count(len(set(renderer.recipients)), "age recipient")
@@ -828,12 +857,12 @@ class Build:
         self._create_commit(tree, text, None)
         self.results.setdefault(config.key, TargetResult()).commit = str(self.head)
         self.commits["upkeep"] = self.commits.get("upkeep", 0) + 1
-        self.writer.log.info("encryption upkeep", target=str(config.key), message=text)
+        self.log.info("encryption upkeep", target=str(config.key), message=text)
 
     def _create_commit(self, tree: pygit2.Oid, text: str, author: Author | None) -> None:
         """Commit `tree` on the chain. `author` None: the committer (snapshots, and every
         commit under `configured-author`); otherwise the actor, or `UNRESOLVED`."""
-        committer = pygit2.Signature(self.writer.committer.name, self.writer.committer.email)
+        committer = pygit2.Signature(self.committer.name, self.committer.email)
         signature = committer if author is None else _signature(author)
         if author is not None and author.source:
             text = f"{text.rstrip()}\n\n{AUTHOR_SOURCE_TRAILER}: {author.source}\n"
@@ -841,29 +870,21 @@ class Build:
         self.head = self.repo.create_commit(None, signature, committer, text, tree, parents)
         self.tree = tree
 
-    def _store_blobs(self) -> None:
-        if len(self.blobs) >= PACK_THRESHOLD:
-            write_blobs(self.repo, self.blobs.values())
-        else:
-            for data in self.blobs.values():
-                self.repo.create_blob(data)
-        self.blobs.clear()
-
     def commit_state(self) -> None:
         """The attempt is final (pushed or nothing to push): its indexes become the cache."""
         for key, ktree in self.ktrees.items():
             if ktree is not None:
                 folder_id = folder_tree(self.repo, self.tree, self.targets[key].folder)
-                self.writer.ktrees[(key, ktree.root)] = (folder_id, ktree)
+                self.cache.ktrees[(key, ktree.root)] = (folder_id, ktree)
         for key, index in self.indexes.items():
             index.tree_id = folder_tree(self.repo, self.tree, index.folder)
-            self.writer.indexes[(key, index.folder)] = index
-            self.writer.retained[key] = self.retained[key]
-            self.writer.failing[key] = self.failing[key]
+            self.cache.indexes[(key, index.folder)] = index
+            self.cache.retained[key] = self.retained[key]
+            self.cache.failing[key] = self.failing[key]
         for key, upkept in self.upkept.items():
             # Everything written in this build was rendered for the same recipients.
             folder = self.targets[key].folder
-            self.writer.upkept[key] = (folder_tree(self.repo, self.tree, folder), upkept)
+            self.cache.upkept[key] = (folder_tree(self.repo, self.tree, folder), upkept)
 
     def outcome(self, *, pushed: bool) -> Outcome:
         for key, index in self.indexes.items():

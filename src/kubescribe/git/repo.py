@@ -21,6 +21,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import pygit2
 from pygit2.enums import FetchPrune
 
+from kubescribe.git.cachelock import CacheLock
 from kubescribe.git.credentials import (
     Credentials,
     GitCallbacks,
@@ -46,6 +47,7 @@ _MAX_SIDEBAND = 400
 # repository) share one cache repository: opening and fetching take turns per directory.
 _FETCH_LOCKS: dict[Path, threading.Lock] = {}
 _FETCH_LOCKS_GUARD = threading.Lock()
+_CACHE_LOCKS: dict[Path, CacheLock] = {}
 
 
 class RemoteError(Exception):
@@ -213,6 +215,8 @@ class GitRepository:
         self._callbacks = callbacks or functools.partial(remote_callbacks, Credentials(), url)
         with _FETCH_LOCKS_GUARD:
             self._lock = _FETCH_LOCKS.setdefault(self.path.absolute(), threading.Lock())
+            self.cache_lock = _CACHE_LOCKS.setdefault(self.path.absolute(), CacheLock())
+        self.generation = self.cache_lock.generation
         with self._lock:
             self.repo = _open_or_init(self.path)
             refuse_offsite_redirects(self.repo)

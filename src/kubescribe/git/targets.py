@@ -41,8 +41,6 @@ SOPS_CONFIG = ".sops.yaml"
 
 RETRY_INITIAL = 0.5
 RETRY_MAX = 30.0
-# From this many new blobs in one commit on, they are written as one pack file.
-PACK_THRESHOLD = 32
 
 
 class RefusedContent(Exception):

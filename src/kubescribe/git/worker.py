@@ -22,22 +22,15 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import pygit2
 import structlog
 
 from kubescribe import metrics
-from kubescribe.git.build import Build, Outcome, RequestResult, TargetResult
-from kubescribe.git.index import TargetIndex
+from kubescribe.git.build import Outcome, RequestResult, TargetResult
 from kubescribe.git.repo import (
     CallbacksFactory,
     CommitSigner,
-    GitRepository,
-    PushDenied,
-    PushRejected,
     RemoteError,
-    RemoteUnavailable,
     SigningUnavailable,
     normalize_url,
 )
@@ -62,9 +55,9 @@ from kubescribe.git.windowing import (
     RequestHandle,
     RequestOutcome,
 )
+from kubescribe.git.writer import Writer
 from kubescribe.mirror.authors import Author, AuthorResolver
 from kubescribe.mirror.changes import Change, Cursor, TargetKey
-from kubescribe.mirror.identity import Identity
 from kubescribe.mirror.layout import paths_overlap
 
 log = structlog.get_logger(__name__)
@@ -449,146 +442,3 @@ def _collapse(items: list[Item]) -> tuple[list[Item], list[Cursor]]:
         else:
             kept.append(item)
     return kept, dropped
-
-
-class Writer:
-    """Everything that touches the repository; runs only on the worker's thread."""
-
-    def __init__(
-        self,
-        url: str,
-        branch: str,
-        *,
-        cache_dir: Path,
-        committer: Committer,
-        callbacks: CallbacksFactory | None,
-        max_rebuilds: int,
-        logger: Any,
-    ) -> None:
-        self.url = url
-        self.branch = branch
-        self.cache_dir = cache_dir
-        self.committer = committer
-        self.callbacks = callbacks
-        self.max_rebuilds = max_rebuilds
-        self.log = logger
-        self.repo: GitRepository | None = None
-        self.signer: CommitSigner | None = None  # set from the event loop
-        self.tip: pygit2.Oid | None = None
-        self.tip_known = False
-        self.indexes: dict[tuple[TargetKey, str], TargetIndex] = {}
-        self.retained: dict[TargetKey, set[Identity]] = {}
-        self.failing: dict[TargetKey, dict[Identity, tuple[str, str]]] = {}
-        # Encryption upkeep: (folder tree, upkeep key) known to be in step, per target; the
-        # recipients of encrypted blobs; blobs that could not be re-encrypted, per upkeep key.
-        self.upkept: dict[TargetKey, tuple[pygit2.Oid | None, Any]] = {}
-        self.file_recipients: dict[pygit2.Oid, frozenset[str] | None] = {}
-        self.rekey_failed: set[tuple[pygit2.Oid, Any]] = set()
-        # Parsed kustomization trees, by (target, root): (target folder tree, tree).
-        self.ktrees: dict[tuple[TargetKey, str], tuple[pygit2.Oid | None, Any]] = {}
-
-    def open(self) -> GitRepository:
-        if self.repo is None:
-            self.repo = GitRepository(self.url, self.cache_dir, self.callbacks)
-        self.repo.repo.signer = self.signer
-        return self.repo
-
-    def close(self) -> None:
-        self.repo = None
-        self.indexes.clear()
-        self.ktrees.clear()
-        self.upkept.clear()
-        self.file_recipients.clear()
-
-    def remote_tip(self) -> pygit2.Oid | None:
-        if not self.tip_known:
-            started = time.perf_counter()
-            self.tip = self.open().fetch(self.branch)
-            self.tip_known = True
-            self.log.info(
-                "fetched",
-                tip=str(self.tip) if self.tip else None,
-                seconds=round(time.perf_counter() - started, 3),
-            )
-        return self.tip
-
-    def start(
-        self, tip: pygit2.Oid | None, targets: Mapping[TargetKey, TargetConfig]
-    ) -> pygit2.Oid | None:
-        """What a build starts from: the remote tip, or for a branch the remote does not have
-        yet, the tip of the targets' `baseBranch` (the first, by name) or of the remote's
-        default branch, so a new branch shares the repository's history."""
-        if tip is not None:
-            return tip
-        bases = sorted(c.base_branch for c in targets.values() if c.base_branch)
-        return self.open().start_point(bases[0] if bases else None)
-
-    def warm_up(self, targets: Mapping[TargetKey, TargetConfig]) -> None:
-        """Fetch and index once at start so the first change does not pay for it."""
-        try:
-            build = Build(self, self.start(self.remote_tip(), targets), targets)
-            for config in targets.values():
-                build.index(config)
-        except Exception as exc:  # the first write retries and reports
-            self.tip_known = False
-            self.log.warning("warm-up failed", error=str(exc))
-
-    def write(self, batch: list[Item], targets: Mapping[TargetKey, TargetConfig]) -> Outcome:
-        wanted = {(t.key, t.folder) for t in targets.values()}
-        for stale in [k for k in self.indexes if k not in wanted]:
-            del self.indexes[stale]
-        for gone in [k for k in self.failing if k not in targets]:
-            del self.failing[gone]
-        try:
-            return self._write(batch, targets)
-        except Exception:
-            # Unreachable, or a push that may or may not have landed: ask the remote next time.
-            self.tip_known = False
-            raise
-
-    def _write(self, batch: list[Item], targets: Mapping[TargetKey, TargetConfig]) -> Outcome:
-        for attempt in range(self.max_rebuilds + 1):
-            base = self.remote_tip()
-            started = time.perf_counter()
-            start = self.start(base, targets)
-            build = Build(self, start, targets)
-            build.upkeep()
-            for item in batch:
-                build.apply(item)
-            build.render_check(batch)
-            built = time.perf_counter()
-            if build.head == start:
-                build.commit_state()
-                return build.outcome(pushed=False)
-            assert build.head is not None
-            try:
-                self.open().push(self.branch, build.head, base)
-            except PushRejected:
-                metrics.PUSHES.labels("rejected").inc()
-                if attempt == self.max_rebuilds:
-                    raise
-                self.tip_known = False
-                self.log.info(
-                    "push rejected, rebuilding on the new remote tip", attempt=attempt + 1
-                )
-                time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.5))
-                continue
-            except PushDenied:
-                metrics.PUSHES.labels("denied").inc()
-                raise  # a hook or a read-only credential: rebuilding would not help
-            except RemoteUnavailable:
-                metrics.PUSHES.labels("failed").inc()
-                raise
-            metrics.PUSHES.labels("ok").inc()
-            self.tip = build.head
-            build.commit_state()
-            self.log.info(
-                "pushed",
-                tip=str(build.head),
-                items=len(batch),
-                commits=sum(build.commits.values()),
-                build_seconds=round(built - started, 4),
-                push_seconds=round(time.perf_counter() - built, 4),
-            )
-            return build.outcome(pushed=True)
-        raise AssertionError("unreachable")

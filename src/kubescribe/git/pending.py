@@ -1,0 +1,78 @@
+"""Objects a build writes stay in memory until the batch is final, then go to disk as one pack.
+
+A commit per change writes about six objects (a blob, the trees on its path, the commit). As
+loose objects that is six file creations per change, which set the pace of a burst; in memory
+it is a dict insert. The store is a libgit2 object-database backend with the highest priority,
+so every write through the repository (tree builders, commits, signed commits) lands here and
+every read finds the pending objects first; `flush` writes them as one pack before the push
+that needs them on disk, `discard` drops the objects of a build that is thrown away.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pygit2
+
+from kubescribe.git.pack import write_objects
+
+# Above the pack (2) and loose (1) backends libgit2 adds by default: writes come here first.
+_PRIORITY = 1000
+
+
+class PendingObjects(pygit2.OdbBackend):
+    """The in-memory backend of one repository instance; used on one thread only.
+
+    pygit2 calls the `*_cb` methods from libgit2; raising KeyError means "not here", so
+    libgit2 goes on to the pack and loose backends.
+    """
+
+    def __init__(self, repo: pygit2.Repository) -> None:
+        super().__init__()
+        self._repo = repo
+        self._objects: dict[pygit2.Oid, tuple[int, bytes]] = {}
+        repo.odb.add_backend(self, _PRIORITY)
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def flush(self) -> int:
+        """Write the pending objects as one pack; returns how many were written."""
+        count = len(self._objects)
+        if count:
+            write_objects(self._repo, self._objects.values())
+            self._objects.clear()
+        return count
+
+    def discard(self) -> None:
+        self._objects.clear()
+
+    # -- libgit2 backend callbacks ---------------------------------------------------------
+    def write_cb(self, oid: pygit2.Oid, data: bytes, kind: int) -> None:
+        self._objects[oid] = (kind, data)
+
+    def read_cb(self, oid: pygit2.Oid) -> tuple[int, bytes]:
+        return self._objects[oid]
+
+    def read_prefix_cb(self, oid: pygit2.Oid) -> tuple[int, bytes, pygit2.Oid]:
+        # Lookups by full id come through here too; the writer never uses short ids.
+        kind, data = self._objects[oid]
+        return kind, data, oid
+
+    def read_header_cb(self, oid: pygit2.Oid) -> tuple[int, int]:
+        kind, data = self._objects[oid]
+        return kind, len(data)
+
+    def exists_cb(self, oid: pygit2.Oid) -> bool:
+        return oid in self._objects
+
+    def exists_prefix_cb(self, oid: pygit2.Oid) -> pygit2.Oid:
+        if oid in self._objects:
+            return oid
+        raise KeyError(oid)
+
+    def refresh_cb(self) -> None:
+        """Nothing on disk to rescan."""
+
+    def __iter__(self) -> Iterator[pygit2.Oid]:
+        return iter(list(self._objects))

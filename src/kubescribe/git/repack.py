@@ -1,0 +1,132 @@
+"""Keep the object cache small: few packs, and only objects a reference reaches.
+
+Every batch adds a pack (see `pending`) and every fetch adds one; a long run would pile up
+thousands, and libgit2 looks through each on a lookup miss. Objects of builds that were thrown
+away (a rejected push, a failed one) are garbage. `tidy` keeps the cost geometric: the small
+packs are merged into one while they hold fewer objects than the largest; once they hold as
+many, everything reachable from a reference is written as one pack (a repack) and the rest,
+packs, loose objects and garbage, is removed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pygit2
+from pygit2.enums import FileMode
+
+from kubescribe.git.pack import write_objects
+
+_LOOSE_DIR = re.compile(r"^[0-9a-f]{2}$")
+
+
+# From this many packs on, the small ones are merged (git's gc.autoPackLimit is 50).
+PACK_LIMIT = 32
+
+
+@dataclass(frozen=True)
+class TidyResult:
+    kind: str  # "merge" or "repack"
+    objects: int  # objects written to the new pack
+    packs_removed: int
+    loose_removed: int
+
+
+def pack_count(repo: pygit2.Repository) -> int:
+    return sum(1 for _ in (Path(repo.path) / "objects" / "pack").glob("pack-*.idx"))
+
+
+def tidy(repo: pygit2.Repository) -> TidyResult:
+    """Merge the small packs, or repack when they weigh as much as the largest (see module).
+
+    The caller holds the cache exclusively (no other build or fetch reads it meanwhile) and
+    opens the repository afresh afterwards: this instance still maps the removed packs.
+    """
+    directory = Path(repo.path) / "objects" / "pack"
+    sizes = {idx: _object_count(idx) for idx in directory.glob("pack-*.idx")}
+    if not sizes:
+        return repack(repo)
+    largest = max(sizes, key=lambda idx: sizes[idx])
+    small = [idx for idx in sizes if idx != largest]
+    if sum(sizes[idx] for idx in small) >= sizes[largest]:
+        return repack(repo)
+    odb = repo.odb
+    ids = [oid for idx in small for oid in _object_ids(idx)]
+    written = write_objects(repo, (odb.read(oid) for oid in ids))
+    for idx in small:
+        if idx.stem != written:
+            idx.with_suffix(".pack").unlink(missing_ok=True)
+            idx.unlink(missing_ok=True)
+    return TidyResult("merge", len(set(ids)), len(small), 0)
+
+
+def _object_count(idx: Path) -> int:
+    """Objects in a pack, from the last fan-out entry of its version 2 index."""
+    with idx.open("rb") as f:
+        f.seek(8 + 255 * 4)
+        return int.from_bytes(f.read(4), "big")
+
+
+def _object_ids(idx: Path) -> list[pygit2.Oid]:
+    data = idx.read_bytes()
+    count = int.from_bytes(data[8 + 255 * 4 : 8 + 256 * 4], "big")
+    names = data[8 + 256 * 4 : 8 + 256 * 4 + 20 * count]
+    return [pygit2.Oid(raw=names[i : i + 20]) for i in range(0, len(names), 20)]
+
+
+def repack(repo: pygit2.Repository) -> TidyResult:
+    """Replace the packs and loose objects of `repo` by one pack of the reachable objects
+    (same terms for the caller as `tidy`)."""
+    objects = Path(repo.path) / "objects"
+    before = {p.name for p in (objects / "pack").glob("pack-*")}
+    reachable = list(_reachable(repo))
+    odb = repo.odb
+    stem = write_objects(repo, (odb.read(oid) for oid in reachable))
+    kept = {f"{stem}.pack", f"{stem}.idx"} if stem is not None else set()
+    packs_removed = 0
+    for name in before - kept:
+        (objects / "pack" / name).unlink(missing_ok=True)
+        packs_removed += name.endswith(".idx")
+    loose_removed = 0
+    for sub in objects.iterdir():
+        if sub.is_dir() and _LOOSE_DIR.match(sub.name):
+            for loose in sub.iterdir():
+                loose.unlink(missing_ok=True)
+                loose_removed += 1
+            sub.rmdir()
+    return TidyResult("repack", len(reachable), packs_removed, loose_removed)
+
+
+def _reachable(repo: pygit2.Repository) -> Iterator[pygit2.Oid]:
+    """Every commit, tree and blob reachable from a reference, each once."""
+    walker = repo.walk(None)
+    tips = 0
+    for name in repo.references:
+        target = repo.references[name].resolve().target
+        if isinstance(target, pygit2.Oid) and isinstance(repo.get(target), pygit2.Commit):
+            walker.push(target)
+            tips += 1
+    if not tips:
+        return
+    seen: set[pygit2.Oid] = set()
+    for commit in walker:
+        yield commit.id
+        yield from _tree(repo, commit.tree_id, seen)
+
+
+def _tree(repo: pygit2.Repository, oid: pygit2.Oid, seen: set[pygit2.Oid]) -> Iterator[pygit2.Oid]:
+    if oid in seen:
+        return
+    seen.add(oid)
+    yield oid
+    tree = repo[oid]
+    assert isinstance(tree, pygit2.Tree)
+    for entry in tree:
+        if entry.filemode == FileMode.TREE:
+            yield from _tree(repo, entry.id, seen)
+        elif entry.filemode != FileMode.COMMIT and entry.id not in seen:  # not a submodule
+            seen.add(entry.id)
+            yield entry.id

@@ -1,0 +1,218 @@
+"""The writer: everything a branch worker does to the repository, on the worker's thread.
+
+A write builds the batch on the remote tip (`Build`), keeps the new objects in memory
+(`PendingObjects`), writes them as one pack and pushes once; a rejected push rebuilds on the
+new tip. Between writes the object cache is kept small (`repack.tidy`).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pygit2
+
+from kubescribe import metrics
+from kubescribe.git.build import Build, BuildCache, Outcome
+from kubescribe.git.pending import PendingObjects
+from kubescribe.git.repack import PACK_LIMIT, pack_count, tidy
+from kubescribe.git.repo import (
+    CallbacksFactory,
+    CommitSigner,
+    GitRepository,
+    PushDenied,
+    PushRejected,
+    RemoteUnavailable,
+)
+from kubescribe.git.targets import Committer, Item, TargetConfig
+from kubescribe.mirror.changes import TargetKey
+
+
+class Writer:
+    """Everything that touches the repository; runs only on the worker's thread."""
+
+    def __init__(
+        self,
+        url: str,
+        branch: str,
+        *,
+        cache_dir: Path,
+        committer: Committer,
+        callbacks: CallbacksFactory | None,
+        max_rebuilds: int,
+        logger: Any,
+    ) -> None:
+        self.url = url
+        self.branch = branch
+        self.cache_dir = cache_dir
+        self.committer = committer
+        self.callbacks = callbacks
+        self.max_rebuilds = max_rebuilds
+        self.log = logger
+        self.repo: GitRepository | None = None
+        self.pending: PendingObjects | None = None
+        self.packs = 0  # on disk, counted at open and on each flush
+        self.tidy_at = PACK_LIMIT
+        self.signer: CommitSigner | None = None  # set from the event loop
+        self.tip: pygit2.Oid | None = None
+        self.tip_known = False
+        self.cache = BuildCache()
+        self._packs_gauge = metrics.CACHE_PACKS.labels(branch)
+
+    def open(self) -> GitRepository:
+        repo = self.repo
+        if repo is not None and repo.generation != repo.cache_lock.generation:
+            repo = None  # repacked for another branch: this instance maps removed packs
+        if repo is None:
+            repo = self.repo = GitRepository(self.url, self.cache_dir, self.callbacks)
+            self.pending = PendingObjects(repo.repo)
+            self.packs = pack_count(repo.repo)
+        repo.repo.signer = self.signer
+        return repo
+
+    def close(self) -> None:
+        self.repo = None
+        self.pending = None
+        self.cache.clear()
+
+    def remote_tip(self) -> pygit2.Oid | None:
+        if not self.tip_known:
+            started = time.perf_counter()
+            self.tip = self.open().fetch(self.branch)
+            self.tip_known = True
+            self.log.info(
+                "fetched",
+                tip=str(self.tip) if self.tip else None,
+                seconds=round(time.perf_counter() - started, 3),
+            )
+        return self.tip
+
+    def start(
+        self, tip: pygit2.Oid | None, targets: Mapping[TargetKey, TargetConfig]
+    ) -> pygit2.Oid | None:
+        """What a build starts from: the remote tip, or for a branch the remote does not have
+        yet, the tip of the targets' `baseBranch` (the first, by name) or of the remote's
+        default branch, so a new branch shares the repository's history."""
+        if tip is not None:
+            return tip
+        bases = sorted(c.base_branch for c in targets.values() if c.base_branch)
+        return self.open().start_point(bases[0] if bases else None)
+
+    def warm_up(self, targets: Mapping[TargetKey, TargetConfig]) -> None:
+        """Fetch and index once at start so the first change does not pay for it."""
+        try:
+            with self.open().cache_lock.shared():
+                build = self._build(self.start(self.remote_tip(), targets), targets)
+                for config in targets.values():
+                    build.index(config)
+        except Exception as exc:  # the first write retries and reports
+            self.tip_known = False
+            self.log.warning("warm-up failed", error=str(exc))
+        finally:
+            self._discard()
+        self._tidy()
+
+    def write(self, batch: list[Item], targets: Mapping[TargetKey, TargetConfig]) -> Outcome:
+        self.cache.keep_only(targets)
+        try:
+            with self.open().cache_lock.shared():
+                outcome = self._write(batch, targets)
+        except Exception:
+            # Unreachable, or a push that may or may not have landed: ask the remote next time.
+            self.tip_known = False
+            self._discard()
+            raise
+        self._tidy()
+        return outcome
+
+    def _build(self, base: pygit2.Oid | None, targets: Mapping[TargetKey, TargetConfig]) -> Build:
+        return Build(self.open().repo, self.cache, self.committer, self.log, base, targets)
+
+    def _write(self, batch: list[Item], targets: Mapping[TargetKey, TargetConfig]) -> Outcome:
+        for attempt in range(self.max_rebuilds + 1):
+            base = self.remote_tip()
+            started = time.perf_counter()
+            start = self.start(base, targets)
+            build = self._build(start, targets)
+            build.upkeep()
+            for item in batch:
+                build.apply(item)
+            build.render_check(batch)
+            if build.head == start:
+                self._discard()  # blobs of documents that did not change
+                build.commit_state()
+                return build.outcome(pushed=False)
+            assert build.head is not None
+            self._flush()
+            built = time.perf_counter()
+            try:
+                self.open().push(self.branch, build.head, base)
+            except PushRejected:
+                metrics.PUSHES.labels("rejected").inc()
+                if attempt == self.max_rebuilds:
+                    raise
+                self.tip_known = False
+                self.log.info(
+                    "push rejected, rebuilding on the new remote tip", attempt=attempt + 1
+                )
+                time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.5))
+                continue
+            except PushDenied:
+                metrics.PUSHES.labels("denied").inc()
+                raise  # a hook or a read-only credential: rebuilding would not help
+            except RemoteUnavailable:
+                metrics.PUSHES.labels("failed").inc()
+                raise
+            metrics.PUSHES.labels("ok").inc()
+            self.tip = build.head
+            build.commit_state()
+            self.log.info(
+                "pushed",
+                tip=str(build.head),
+                items=len(batch),
+                commits=sum(build.commits.values()),
+                build_seconds=round(built - started, 4),
+                push_seconds=round(time.perf_counter() - built, 4),
+            )
+            return build.outcome(pushed=True)
+        raise AssertionError("unreachable")
+
+    def _flush(self) -> None:
+        """The build's objects to disk as one pack: the push reads them from there."""
+        if self.pending is not None and self.pending.flush():
+            self.packs += 1
+            self._packs_gauge.set(self.packs)
+
+    def _discard(self) -> None:
+        if self.pending is not None:
+            self.pending.discard()
+
+    def _tidy(self) -> None:
+        """Merge or repack the cache's packs once they pile up (never during a build)."""
+        if self.repo is None or self.packs < self.tidy_at:
+            return
+        repo = self.repo
+        started = time.perf_counter()
+        try:
+            with repo.cache_lock.exclusive():
+                result = tidy(repo.repo)
+        except OSError as exc:  # a full disk: the cache stays as it was, and still works
+            self.tidy_at = self.packs + PACK_LIMIT
+            self.log.warning("cache tidy failed", error=str(exc))
+            return
+        finally:
+            self.repo = self.pending = None  # open afresh: this instance maps removed packs
+        self.packs, self.tidy_at = 1, PACK_LIMIT
+        self._packs_gauge.set(self.packs)
+        metrics.REPACKS.inc()
+        self.log.info(
+            "cache tidied",
+            kind=result.kind,
+            objects=result.objects,
+            packs_removed=result.packs_removed,
+            loose_removed=result.loose_removed,
+            seconds=round(time.perf_counter() - started, 3),
+        )

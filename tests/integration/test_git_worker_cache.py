@@ -1,0 +1,72 @@
+"""The writer's object cache: one pack per batch, tidied as packs pile up, shared by branches."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pygit2
+import pytest
+import yaml
+
+from kubescribe import metrics
+from kubescribe.devenv.gitremote import BareRemote, git
+from kubescribe.git.repack import PACK_LIMIT, pack_count
+from kubescribe.git.repo import cache_path
+from tests.integration.test_git_worker import Harness, path_of, read_doc, target, upsert
+
+
+@pytest.fixture
+async def workers(remote: BareRemote, tmp_path: Path) -> AsyncIterator[Callable[[str], Harness]]:
+    """Started workers of `remote`, one per branch, sharing one cache."""
+    started: list[Harness] = []
+
+    def start(branch: str) -> Harness:
+        h = Harness(remote, tmp_path / "cache", branch)
+        h.worker.configure([target()])
+        h.worker.start()
+        started.append(h)
+        return h
+
+    yield start
+    for h in started:
+        await h.worker.stop(timeout=5)
+
+
+def cache_objects(remote: BareRemote, tmp_path: Path) -> tuple[int, int]:
+    """(packs, loose objects) in the worker's cache repository."""
+    repo = pygit2.Repository(str(cache_path(tmp_path / "cache", remote.url)))
+    objects = Path(repo.path) / "objects"
+    loose = sum(1 for d in objects.iterdir() if len(d.name) == 2 for _ in d.iterdir())
+    return pack_count(repo), loose
+
+
+async def test_batches_write_packs_and_the_cache_is_tidied(
+    remote: BareRemote, workers: Callable[[str], Harness], tmp_path: Path
+) -> None:
+    tidied = metrics.REPACKS._value.get()
+    h = workers("main")
+    for i in range(PACK_LIMIT + 3):
+        await h.settle(upsert(f"cm{i % 5}", k=str(i)))
+    packs, loose = cache_objects(remote, tmp_path)
+    assert loose == 0  # commits, trees and blobs are never loose objects
+    assert packs < PACK_LIMIT
+    assert metrics.REPACKS._value.get() > tidied
+    assert read_doc(remote, path_of("cm4"))["data"] == {"k": str(PACK_LIMIT + 2)}
+    assert len(remote.log()) == PACK_LIMIT + 4  # one commit per change, and the seed
+    git("fsck", "--full", "--strict", cwd=remote.path)
+
+
+async def test_branches_sharing_a_cache_keep_writing_across_tidies(
+    remote: BareRemote, workers: Callable[[str], Harness], tmp_path: Path
+) -> None:
+    main = workers("main")
+    other = workers("other")
+    for i in range(PACK_LIMIT * 2):
+        await main.settle(upsert("a", k=str(i)))
+        await other.settle(upsert("b", k=str(i)))
+    last = str(PACK_LIMIT * 2 - 1)
+    assert read_doc(remote, path_of("a"))["data"] == {"k": last}
+    assert yaml.safe_load(remote.read(path_of("b"), "other"))["data"] == {"k": last}
+    assert cache_objects(remote, tmp_path)[0] < PACK_LIMIT
+    git("fsck", "--full", "--strict", cwd=remote.path)

@@ -1,0 +1,124 @@
+"""The in-memory pending objects of a build and the tidying of the object cache."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pygit2
+from pygit2.enums import FileMode
+
+from kubescribe.git.pending import PendingObjects
+from kubescribe.git.repack import pack_count, repack, tidy
+
+SIG = pygit2.Signature("t", "t@example.invalid", 0, 0)
+
+
+def files_under(repo: pygit2.Repository) -> list[Path]:
+    return sorted(p for p in (Path(repo.path) / "objects").rglob("*") if p.is_file())
+
+
+def fsck(repo: pygit2.Repository) -> None:
+    done = subprocess.run(
+        ["git", "fsck", "--full", "--strict", "--no-dangling"],
+        cwd=repo.path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def commit_file(
+    repo: pygit2.Repository, parent: pygit2.Oid | None, name: str, data: bytes
+) -> pygit2.Oid:
+    base = repo[parent].peel(pygit2.Tree) if parent is not None else None
+    builder = repo.TreeBuilder(base) if base is not None else repo.TreeBuilder()
+    sub = repo.TreeBuilder()
+    sub.insert(name, repo.create_blob(data), FileMode.BLOB)
+    builder.insert("dir", sub.write(), FileMode.TREE)
+    return repo.create_commit(None, SIG, SIG, name, builder.write(), [parent] if parent else [])
+
+
+def test_objects_stay_in_memory_until_flushed_as_one_pack(tmp_path: Path) -> None:
+    repo = pygit2.init_repository(str(tmp_path / "c.git"), bare=True)
+    pending = PendingObjects(repo)
+    tip = commit_file(repo, None, "a", b"one")
+    tip = commit_file(repo, tip, "b", b"two")
+    assert files_under(repo) == []  # nothing on disk yet
+    assert len(pending) == 8  # per commit: a blob, two trees, the commit
+    # Everything reads back through the repository while pending.
+    commit = repo[tip]
+    assert isinstance(commit, pygit2.Commit)
+    assert commit.tree["dir/b"].data == b"two"
+    assert repo.odb.read(commit.parents[0].id)[0] == pygit2.enums.ObjectType.COMMIT
+
+    assert pending.flush() == 8
+    assert len(pending) == 0
+    assert pack_count(repo) == 1
+    assert not [p for p in files_under(repo) if "pack" not in p.parts]
+    repo.references.create("refs/heads/main", tip)
+    fsck(repo)
+    # An object already on disk is not written again.
+    repo.create_blob(b"one")
+    assert len(pending) == 0
+
+
+def test_discard_drops_a_thrown_away_build(tmp_path: Path) -> None:
+    repo = pygit2.init_repository(str(tmp_path / "c.git"), bare=True)
+    pending = PendingObjects(repo)
+    blob = repo.create_blob(b"never pushed")
+    pending.discard()
+    assert blob not in repo.odb  # type: ignore[operator]
+    assert pending.flush() == 0
+    assert pack_count(repo) == 0
+
+
+def test_tidy_merges_small_packs_then_repacks_and_drops_garbage(tmp_path: Path) -> None:
+    repo = pygit2.init_repository(str(tmp_path / "c.git"), bare=True)
+    pending = PendingObjects(repo)
+    tip = None
+    for i in range(40):  # a large first pack, then one small pack per "batch"
+        tip = commit_file(repo, tip, f"f{i}", b"x" * i)
+        if i >= 30 or i == 29:
+            pending.flush()
+    garbage = repo.create_blob(b"from a build that was thrown away")
+    pending.flush()
+    assert tip is not None
+    repo.references.create("refs/remotes/origin/main", tip)
+    assert pack_count(repo) == 12
+
+    merged = tidy(repo)
+    assert merged.kind == "merge"
+    assert merged.packs_removed == 11
+    repo = pygit2.Repository(repo.path)
+    assert pack_count(repo) == 2
+    assert repo[garbage].read_raw() == b"from a build that was thrown away"  # a merge keeps all
+    fsck(repo)
+
+    loose = repo.create_blob(b"loose")  # no pending backend on this instance: a loose file
+    assert any(len(p.parent.name) == 2 for p in files_under(repo))
+    result = repack(repo)
+    assert result.kind == "repack"
+    assert result.loose_removed == 1
+    repo = pygit2.Repository(repo.path)
+    assert pack_count(repo) == 1
+    assert garbage not in repo.odb  # type: ignore[operator]
+    assert loose not in repo.odb  # type: ignore[operator]
+    assert repo[tip].peel(pygit2.Tree)["dir/f39"].data == b"x" * 39
+    fsck(repo)
+
+
+def test_tidy_repacks_when_the_small_packs_outweigh_the_largest(tmp_path: Path) -> None:
+    repo = pygit2.init_repository(str(tmp_path / "c.git"), bare=True)
+    pending = PendingObjects(repo)
+    tip = None
+    for i in range(6):
+        tip = commit_file(repo, tip, f"f{i}", b"%d" % i)
+        pending.flush()
+    assert tip is not None
+    repo.references.create("refs/heads/main", tip)
+    assert tidy(repo).kind == "repack"
+    repo = pygit2.Repository(repo.path)
+    assert pack_count(repo) == 1
+    fsck(repo)
