@@ -153,9 +153,9 @@ class Setup:
         self.operator.start()
         return started
 
-    def rss_mb(self) -> float:
+    def rss_mb(self, field: str = "VmRSS") -> float:
         assert self.operator is not None
-        return self.operator.rss_mb()
+        return self.operator.rss_mb(field)
 
     def close(self) -> None:
         if self.operator is not None:
@@ -270,6 +270,7 @@ def backfill(setup: Setup, n: int) -> dict[str, Any]:
         "objects": n,
         "seconds": round(seen - started, 2),
         "rss_mb": setup.rss_mb(),
+        "peak_rss_mb": setup.rss_mb("VmHWM"),
         "create_seconds": round(created, 1),
         "commits": setup.remote.commits() - 1,
     }

@@ -11,7 +11,7 @@ import pytest
 
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.kube.client import KubeClient
-from kubescribe.kube.informer import Informer, ObjectKey
+from kubescribe.kube.informer import Informer, ObjectKey, as_is
 from kubescribe.mirror.identity import ResourceType
 from tests.support import wait_for
 
@@ -46,7 +46,7 @@ async def test_initial_snapshot_then_live_events(
     controlplane.kubectl("create", "configmap", "early", "-n", namespace, "--from-literal=a=1")
     client = await KubeClient.connect(controlplane.kubeconfig)
     rec = Recorder()
-    informer = Informer(client, CM, rec, namespace=namespace)
+    informer = Informer(client, CM, rec, prepare=as_is, namespace=namespace)
     task = asyncio.create_task(informer.run())
     try:
         await rec.until(lambda: rec.snapshots)
@@ -81,7 +81,7 @@ async def test_gone_relists_and_reports_deletes_missed_in_the_gap(tmp_path: Path
         cp.kubectl("create", "configmap", "vanishes", "-n", "gap", "--from-literal=a=1")
         client = await KubeClient.connect(cp.kubeconfig)
         rec = Recorder()
-        informer = Informer(client, CM, rec, namespace="gap")
+        informer = Informer(client, CM, rec, prepare=as_is, namespace="gap")
         task = asyncio.create_task(informer.run())
         try:
             await rec.until(lambda: rec.snapshots)
@@ -132,7 +132,7 @@ async def test_forbidden_is_reported_and_clears_once_granted(
         changes.append(informer.forbidden)
         rec.changed.set()
 
-    informer = Informer(client, CM, rec, namespace=namespace, on_access=on_access)
+    informer = Informer(client, CM, rec, prepare=as_is, namespace=namespace, on_access=on_access)
     task = asyncio.create_task(informer.run())
     try:
         await rec.until(lambda: informer.forbidden is not None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubescribe.controller.streams import StreamSpec, TargetStream, merge_operations
+from kubescribe.controller.streams import Initial, StreamSpec, TargetStream, merge_operations
 from kubescribe.mirror.changes import Change, Operation, Snapshot, TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY
@@ -37,6 +37,13 @@ def sink(
     return TargetStream(spec, DEFAULT_NOISE_POLICY, out.append, lambda: 1.0), out
 
 
+def initial(
+    stream: TargetStream, objects: dict[tuple[str, str], dict[str, Any]]
+) -> dict[tuple[str, str], Initial]:
+    """The initial state as the informer hands it over: each object prepared on arrival."""
+    return {key: stream.prepare(obj) for key, obj in objects.items()}
+
+
 async def test_events_become_sanitized_changes_with_uid() -> None:
     stream, out = sink()
     await stream.on_event("ADDED", cm("a"), "7")
@@ -54,7 +61,7 @@ async def test_noise_is_dropped_and_snapshot_keeps_observed_deletes() -> None:
     await stream.on_event("ADDED", cm("kube-root-ca.crt"), "8")
     assert out == []
     await stream.on_snapshot(
-        {("ns", "a"): cm("a"), ("ns", "kube-root-ca.crt"): cm("kube-root-ca.crt")},
+        initial(stream, {("ns", "a"): cm("a"), ("ns", "kube-root-ca.crt"): cm("kube-root-ca.crt")}),
         {("ns", "gone")},
         "9",
     )
@@ -123,7 +130,7 @@ async def test_deletion_intent_is_the_delete_and_finalizer_removals_change_nothi
 async def test_a_snapshot_counts_terminating_objects_as_deleted() -> None:
     stream, out = sink()
     await stream.on_snapshot(
-        {("ns", "a"): cm("a"), ("ns", "b"): terminating(cm("b"), "f")}, set(), "9"
+        initial(stream, {("ns", "a"): cm("a"), ("ns", "b"): terminating(cm("b"), "f")}), set(), "9"
     )
     (snap,) = out
     assert isinstance(snap, Snapshot)
@@ -139,7 +146,9 @@ async def test_a_cluster_wide_stream_keeps_only_admitted_namespaces() -> None:
     )
     other = cm("b")
     other["metadata"]["namespace"] = "elsewhere"
-    await stream.on_snapshot({("ns", "a"): cm("a"), ("elsewhere", "b"): other}, set(), "5")
+    await stream.on_snapshot(
+        initial(stream, {("ns", "a"): cm("a"), ("elsewhere", "b"): other}), set(), "5"
+    )
     await stream.on_event("ADDED", other, "6")
     await stream.on_event("DELETED", other, "7")
     await stream.on_event("MODIFIED", cm("a"), "8")

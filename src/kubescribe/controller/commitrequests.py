@@ -46,7 +46,7 @@ from kubescribe.git.windowing import (
 )
 from kubescribe.git.worker import BranchWorker
 from kubescribe.kube.client import ApiError, KubeClient
-from kubescribe.kube.informer import Informer, ObjectKey, key_of
+from kubescribe.kube.informer import Informer, ObjectKey, as_is, key_of
 from kubescribe.mirror.authors import Author, CommitRequestAuthors
 from kubescribe.mirror.changes import TargetKey
 from kubescribe.mirror.identity import ResourceType
@@ -80,7 +80,7 @@ class TargetAccess:
 
     plan: TargetPlan | None
     worker: BranchWorker | None = None
-    informers: Sequence[Informer] = ()
+    informers: Sequence[Informer[Any]] = ()
     elsewhere: bool = False  # written by another replica: that replica handles its requests
 
 
@@ -209,7 +209,7 @@ def _version(rv: str | None) -> int | None:
 
 
 async def caught_up(
-    client: KubeClient, informers: Sequence[Informer], resource_version: str, timeout: float
+    client: KubeClient, informers: Sequence[Informer[Any]], resource_version: str, timeout: float
 ) -> bool:
     """Wait until every informer has delivered the events up to `resource_version`.
 
@@ -241,7 +241,7 @@ async def caught_up(
         await asyncio.sleep(POLL)
 
 
-async def _matches_list(client: KubeClient, informer: Informer, resource_version: str) -> bool:
+async def _matches_list(client: KubeClient, informer: Informer[Any], resource_version: str) -> bool:
     if not informer.synced.is_set():
         return False
     params = {"resourceVersion": resource_version, "resourceVersionMatch": "NotOlderThan"}
@@ -295,7 +295,7 @@ class CommitRequests:
     async def run(self) -> None:
         """Until cancelled (then every request task is cancelled too)."""
         try:
-            await Informer(self.client, RTYPE, self).run()
+            await Informer(self.client, RTYPE, self, prepare=as_is).run()
         finally:
             tasks = [task for _, task in self._tasks.values()]
             for task in tasks:

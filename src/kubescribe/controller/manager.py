@@ -44,7 +44,7 @@ from kubescribe.git.targets import Committer, KustomizeConfig, TargetConfig, Wri
 from kubescribe.git.worker import BranchWorker
 from kubescribe.kube.client import ApiError, KubeClient
 from kubescribe.kube.discovery import Discovered, discover
-from kubescribe.kube.informer import Informer, ObjectKey
+from kubescribe.kube.informer import Informer, ObjectKey, as_is
 from kubescribe.kube.leases import LeaseClient
 from kubescribe.mirror.authors import AttributionMode, AuthorResolver, CommitRequestAuthors
 from kubescribe.mirror.changes import Cursor, TargetKey
@@ -128,7 +128,7 @@ class _Cache:
 @dataclass
 class _Running:
     spec: StreamSpec
-    informer: Informer
+    informer: Informer[Any]
     task: asyncio.Task[None]
     noise: NoisePolicy | None = None  # the target's policy it was started with
     admitted: tuple[frozenset[str], ...] | None = None  # namespaces it admits (see StreamSpec)
@@ -196,14 +196,14 @@ class Manager:
         try:
             await self._refresh_discovery()
             own = [
-                Informer(self.client, rtype, self._caches[kind])
+                Informer(self.client, rtype, self._caches[kind], prepare=as_is)
                 for kind, rtype in OWN_TYPES.items()
             ]
             # Namespaces: for cross-namespace grants, and for ClusterWatchRules that read
             # namespaced types from the namespaces they select.
-            own.append(Informer(self.client, NAMESPACES, self._namespaces))
+            own.append(Informer(self.client, NAMESPACES, self._namespaces, prepare=as_is))
             triggers = [
-                Informer(self.client, rtype, _Trigger(self._discovery_poke))
+                Informer(self.client, rtype, _Trigger(self._discovery_poke), prepare=as_is)
                 for rtype in DISCOVERY_TRIGGERS
             ]
             self._tasks = [asyncio.create_task(i.run()) for i in own + triggers]
@@ -486,6 +486,7 @@ class Manager:
                 client,
                 spec.rtype,
                 sink,
+                prepare=sink.prepare,
                 namespace=spec.namespace,
                 label_selector=spec.server_selector,
                 resume_from=resume.resource_version if resume else None,

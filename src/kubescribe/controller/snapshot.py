@@ -125,6 +125,7 @@ async def run_snapshot(
                 client,
                 item.rtype,
                 sink,
+                prepare=sink.prepare,
                 namespace=selection.namespace,
                 label_selector=selection.label_selector,
             )

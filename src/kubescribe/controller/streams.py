@@ -74,6 +74,14 @@ def namespace_admits(selector: Mapping[str, Any], name: str, labels: Mapping[str
     return selector_matches(selector.get("labelSelector"), labels)
 
 
+@dataclass(frozen=True, slots=True)
+class Initial:
+    """What a stream keeps of one object of its initial state (see `TargetStream.prepare`)."""
+
+    terminating: bool
+    document: dict[str, Any] | None  # None: not selected, or noise
+
+
 class TargetStream:
     """The informer's sink for one StreamSpec.
 
@@ -153,15 +161,22 @@ class TargetStream:
         doc.setdefault("kind", self.spec.rtype.kind)
         return doc
 
-    async def on_snapshot(
-        self, objects: Mapping[ObjectKey, dict[str, Any]], deleted: set[ObjectKey], rv: str
-    ) -> None:
+    def prepare(self, obj: dict[str, Any]) -> Initial:
+        """Sanitize each object of the initial state as it arrives: the informer keeps this
+        instead of the API object until the snapshot."""
         # An object being deleted (finalizers pending) is deleted as far as Git is concerned.
-        terminating = {k for k, obj in objects.items() if _terminating(obj)}
+        if _terminating(obj):
+            return Initial(True, None)
+        return Initial(False, self._document(obj) if self._keep(obj) else None)
+
+    async def on_snapshot(
+        self, objects: Mapping[ObjectKey, Initial], deleted: set[ObjectKey], rv: str
+    ) -> None:
+        terminating = {k for k, initial in objects.items() if initial.terminating}
         documents = {
-            self._identity(ns, name): self._document(obj)
-            for (ns, name), obj in objects.items()
-            if (ns, name) not in terminating and self._keep(obj)
+            self._identity(ns, name): initial.document
+            for (ns, name), initial in objects.items()
+            if initial.document is not None
         }
         if self.journal is not None:
             self.journal.snapshot(rv, objects)

@@ -77,9 +77,14 @@ class OperatorProcess:
         with urllib.request.urlopen(url, timeout=5) as resp:
             return str(resp.read().decode())
 
-    def rss_mb(self) -> float:
+    def rss_mb(self, field: str = "VmRSS") -> float:
+        """Resident memory now (`VmHWM`: the peak so far), from /proc."""
         assert self.proc is not None
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return round(int(line.split()[1]) / 1024, 1)
         return 0.0
+
+    def open_files(self) -> int:
+        assert self.proc is not None
+        return len(list(Path(f"/proc/{self.proc.pid}/fd").iterdir()))

@@ -1,8 +1,11 @@
 """Our own watch loop for one (resource type, namespace scope, label selector).
 
 Initial state comes from a `sendInitialEvents` watch (LIST fallback) and is delivered as one
-snapshot; then live events. Bookmarks are requested; a stream silent for `idle_timeout` is
-dead. On 410 Gone we re-list and report which objects vanished during the gap.
+snapshot; then live events. Each object of the initial state is handed to `prepare` as it
+arrives and only what that returns is kept until the snapshot, so a sink that needs a few
+fields of 50,000 objects never holds the 50,000 decoded API objects at once. Bookmarks are
+requested; a stream silent for `idle_timeout` is dead. On 410 Gone we re-list and report
+which objects vanished during the gap.
 """
 
 from __future__ import annotations
@@ -10,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
 
 import aiohttp
 import structlog
@@ -30,9 +33,18 @@ class Gone(Exception):
     """The resource version we watch from is too old (HTTP 410)."""
 
 
-class StreamSink(Protocol):
+Prepared = TypeVar("Prepared")
+Prepared_contra = TypeVar("Prepared_contra", contravariant=True)
+
+
+def as_is(obj: dict[str, Any]) -> dict[str, Any]:
+    """The `prepare` of sinks that want the API objects themselves."""
+    return obj
+
+
+class StreamSink(Protocol[Prepared_contra]):
     async def on_snapshot(
-        self, objects: Mapping[ObjectKey, dict[str, Any]], deleted: set[ObjectKey], rv: str
+        self, objects: Mapping[ObjectKey, Prepared_contra], deleted: set[ObjectKey], rv: str
     ) -> None: ...
 
     async def on_event(self, event_type: str, obj: dict[str, Any], rv: str) -> None: ...
@@ -64,15 +76,28 @@ class Backoff:
         self.current = 0.0
 
 
-class Informer:
+@dataclass
+class _Initial(Generic[Prepared]):
+    """The initial state so far: what `prepare` kept of each object, and its version."""
+
+    objects: dict[ObjectKey, Prepared] = field(default_factory=dict)
+    versions: dict[ObjectKey, str] = field(default_factory=dict)
+
+    def add(self, key: ObjectKey, rv: str, prepared: Prepared) -> None:
+        self.objects[key] = prepared
+        self.versions[key] = rv
+
+
+class Informer(Generic[Prepared]):
     """Runs until cancelled; never gives up (errors back off, bounded)."""
 
     def __init__(
         self,
         client: KubeClient,
         rtype: ResourceType,
-        sink: StreamSink,
+        sink: StreamSink[Prepared],
         *,
+        prepare: Callable[[dict[str, Any]], Prepared],
         namespace: str = "",
         label_selector: str | None = None,
         idle_timeout: float = 70.0,
@@ -88,6 +113,7 @@ class Informer:
         self.client = client
         self.rtype = rtype
         self.sink = sink
+        self.prepare = prepare
         self.namespace = namespace
         self.label_selector = label_selector
         self.idle_timeout = idle_timeout
@@ -161,9 +187,10 @@ class Informer:
             if self._on_access is not None:
                 self._on_access()
 
-    async def _snapshot(self, objects: dict[ObjectKey, dict[str, Any]], rv: str) -> None:
+    async def _snapshot(self, initial: _Initial[Prepared], rv: str) -> None:
+        objects = initial.objects
         deleted = set(self._known) - set(objects)
-        self._known = {k: str(o["metadata"].get("resourceVersion", "")) for k, o in objects.items()}
+        self._known = initial.versions
         self.rv = rv
         self._set_forbidden(None)
         await self.sink.on_snapshot(objects, deleted, rv)
@@ -171,7 +198,7 @@ class Informer:
 
     async def relist(self) -> None:
         """One paginated LIST, delivered as a snapshot (the fallback, and one-shot exports)."""
-        objects: dict[ObjectKey, dict[str, Any]] = {}
+        objects = _Initial[Prepared]()
         params: dict[str, str] = {"limit": str(self.page_size)}
         if self.label_selector:
             params["labelSelector"] = self.label_selector
@@ -182,7 +209,8 @@ class Informer:
             for item in page.get("items") or []:
                 item.setdefault("kind", kind)
                 item.setdefault("apiVersion", api_version)
-                objects[key_of(item)] = item
+                rv = str((item.get("metadata") or {}).get("resourceVersion", ""))
+                objects.add(key_of(item), rv, self.prepare(item))
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 break
@@ -191,12 +219,12 @@ class Informer:
 
     async def _watch(self, backoff: Backoff) -> None:
         params = self._params()
-        initial: dict[ObjectKey, dict[str, Any]] | None = None
+        initial: _Initial[Prepared] | None = None
         if self.rv is None:
             params.update(
                 sendInitialEvents="true", resourceVersionMatch="NotOlderThan", resourceVersion=""
             )
-            initial = {}
+            initial = _Initial()
         else:
             params["resourceVersion"] = self.rv
         gvr = self.rtype.gvr
@@ -223,7 +251,7 @@ class Informer:
             metrics.WATCH_EVENTS.labels(gvr, event_type).inc()
             key = key_of(obj)
             if initial is not None:
-                initial[key] = obj
+                initial.add(key, rv, self.prepare(obj))
                 continue
             if event_type == "DELETED":
                 self._known.pop(key, None)
