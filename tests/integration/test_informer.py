@@ -6,9 +6,11 @@ import asyncio
 import contextlib
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
+from kubescribe import metrics
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.kube.client import KubeClient
 from kubescribe.kube.informer import Informer, ObjectKey, as_is
@@ -154,3 +156,94 @@ async def test_forbidden_is_reported_and_clears_once_granted(
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await client.close()
+
+
+def restarts(reason: str) -> float:
+    return metrics.WATCH_RESTARTS.labels(CM.gvr, reason)._value.get()
+
+
+async def test_an_idle_stream_is_restarted_on_time_never_counted_dead(
+    controlplane: ControlPlane, namespace: str
+) -> None:
+    client = await KubeClient.connect(controlplane.kubeconfig)
+    rec = Recorder()
+    # The server ends each watch after 1-2 s; nothing changes in the namespace meanwhile.
+    # By default too, a watch may stay silent for as long as the server keeps it open.
+    default = Informer(client, CM, rec, prepare=as_is)
+    assert default.idle_timeout > default.server_timeout
+    informer = Informer(client, CM, rec, prepare=as_is, namespace=namespace, server_timeout=2)
+    dead, timeouts = restarts("dead"), restarts("timeout")
+    task = asyncio.create_task(informer.run())
+    try:
+        await rec.until(lambda: rec.snapshots)
+        await asyncio.to_thread(
+            wait_for, lambda: restarts("timeout") >= timeouts + 3, 30, 0.1, "three quiet watches"
+        )
+        assert restarts("dead") == dead
+        await asyncio.to_thread(
+            controlplane.kubectl, "create", "configmap", "after", "-n", namespace
+        )
+        await rec.until(lambda: ("ADDED", "after") in rec.events)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await client.close()
+
+
+class FreezingProxy:
+    """A TCP proxy to the API server that can stop passing bytes (a hung peer)."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        self.flowing = asyncio.Event()
+        self.flowing.set()
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError):
+                while data := await src.read(65536):
+                    await self.flowing.wait()
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
+async def test_a_hung_stream_is_dead_after_its_timeout_and_grace(
+    controlplane: ControlPlane, namespace: str
+) -> None:
+    client = await KubeClient.connect(controlplane.kubeconfig)
+    target = urlsplit(client.host)
+    proxy = FreezingProxy((target.hostname or "127.0.0.1", target.port or 443))
+    client.host = f"https://127.0.0.1:{await proxy.start()}"
+    rec = Recorder()
+    informer = Informer(
+        client, CM, rec, prepare=as_is, namespace=namespace, server_timeout=2, idle_timeout=4
+    )
+    dead = restarts("dead")
+    task = asyncio.create_task(informer.run())
+    try:
+        await rec.until(lambda: rec.snapshots)
+        proxy.flowing.clear()
+        await asyncio.to_thread(wait_for, lambda: restarts("dead") > dead, 30, 0.1, "dead")
+        proxy.flowing.set()
+        await asyncio.to_thread(
+            controlplane.kubectl, "create", "configmap", "revived", "-n", namespace
+        )
+        await rec.until(lambda: ("ADDED", "revived") in rec.events, timeout=30)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await client.close()
+        if proxy.server is not None:
+            proxy.server.close()

@@ -7,7 +7,9 @@ retries 410 only once and can hang, and its connection pool stalls past 100 watc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
 import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -136,6 +138,8 @@ class KubeClient:
         ) as resp:
             if resp.status >= 400:
                 raise _api_error(resp.status, await resp.read())
+            if resp.connection is not None and resp.connection.transport is not None:
+                _keep_alive(resp.connection.transport.get_extra_info("socket"))
             # Split lines ourselves: aiohttp caps a line at 128 KiB, objects reach 1.5 MiB.
             buffer = b""
             async for chunk in resp.content.iter_any():
@@ -144,6 +148,23 @@ class KubeClient:
                 for line in lines:
                     if line.strip():
                         yield json.loads(line)
+
+
+# A watch may rightly stay silent until the server ends it; a peer that vanished (a node or a
+# network gone without a FIN) is found by TCP keepalive instead: about 30 s + 3 x 10 s.
+_KEEPALIVE = ((socket.SO_KEEPALIVE, socket.SOL_SOCKET, 1),) + tuple(
+    (getattr(socket, name), socket.IPPROTO_TCP, value)
+    for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3))
+    if hasattr(socket, name)
+)
+
+
+def _keep_alive(sock: socket.socket | None) -> None:
+    if sock is None:
+        return
+    for option, level, value in _KEEPALIVE:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(level, option, value)
 
 
 def _api_error(status: int, payload: bytes) -> ApiError:

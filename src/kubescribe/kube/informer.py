@@ -4,8 +4,10 @@ Initial state comes from a `sendInitialEvents` watch (LIST fallback) and is deli
 snapshot; then live events. Each object of the initial state is handed to `prepare` as it
 arrives and only what that returns is kept until the snapshot, so a sink that needs a few
 fields of 50,000 objects never holds the 50,000 decoded API objects at once. Bookmarks are
-requested; a stream silent for `idle_timeout` is dead. On 410 Gone we re-list and report
-which objects vanished during the gap.
+requested. A type nobody changes keeps its watch silent until the server ends it after
+`server_timeout` (a normal restart); only a stream silent past that plus a grace is dead (a
+hung peer; a vanished one is found sooner by TCP keepalive). On 410 Gone we re-list and
+report which objects vanished during the gap.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ log = structlog.get_logger(__name__)
 
 ObjectKey = tuple[str, str]  # (namespace, name)
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+# How long past its own timeout a watch may stay silent before it counts as dead.
+IDLE_GRACE = 30.0
 
 
 class Gone(Exception):
@@ -100,8 +104,8 @@ class Informer(Generic[Prepared]):
         prepare: Callable[[dict[str, Any]], Prepared],
         namespace: str = "",
         label_selector: str | None = None,
-        idle_timeout: float = 70.0,
         server_timeout: int = 300,
+        idle_timeout: float | None = None,
         page_size: int = 500,
         resume_from: str | None = None,
         known: Iterable[ObjectKey] = (),
@@ -116,7 +120,7 @@ class Informer(Generic[Prepared]):
         self.prepare = prepare
         self.namespace = namespace
         self.label_selector = label_selector
-        self.idle_timeout = idle_timeout
+        self.idle_timeout = server_timeout + IDLE_GRACE if idle_timeout is None else idle_timeout
         self.server_timeout = server_timeout
         self.page_size = page_size
         self.path = resource_path(rtype, namespace)
