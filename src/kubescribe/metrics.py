@@ -61,6 +61,13 @@ REPACKS = Counter(
     "Object cache repacks (one pack of the reachable objects; garbage dropped).",
     registry=REGISTRY,
 )
+BACKPRESSURE = Counter(
+    "kubescribe_backpressure_seconds_total",
+    "Time watch readers waited for room in a branch worker's queue (the writer is behind or"
+    " the remote is down; nothing is dropped, the watch resumes where it stopped).",
+    ["branch"],
+    registry=REGISTRY,
+)
 QUEUE_DEPTH = Gauge(
     "kubescribe_queue_depth", "Changes waiting in a branch worker.", ["branch"], registry=REGISTRY
 )

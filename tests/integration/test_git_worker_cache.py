@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -13,7 +14,16 @@ from kubescribe import metrics
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.git.repack import PACK_LIMIT, pack_count
 from kubescribe.git.repo import cache_path
-from tests.integration.test_git_worker import Harness, path_of, read_doc, target, upsert
+from kubescribe.git.worker import BranchWorker
+from tests.integration.test_git_worker import (
+    COMMITTER,
+    Harness,
+    path_of,
+    read_doc,
+    target,
+    until,
+    upsert,
+)
 
 
 @pytest.fixture
@@ -70,3 +80,34 @@ async def test_branches_sharing_a_cache_keep_writing_across_tidies(
     assert yaml.safe_load(remote.read(path_of("b"), "other"))["data"] == {"k": last}
     assert cache_objects(remote, tmp_path)[0] < PACK_LIMIT
     git("fsck", "--full", "--strict", cwd=remote.path)
+
+
+async def test_producers_wait_for_room_while_the_remote_is_away(
+    remote: BareRemote, tmp_path: Path
+) -> None:
+    h = Harness(remote, tmp_path / "cache", "main")
+    h.worker = BranchWorker(
+        remote.url,
+        "main",
+        cache_dir=tmp_path / "cache",
+        committer=COMMITTER,
+        on_report=h.reports.append,
+        on_pushed=h.acks.append,
+        max_queued=2,
+    )
+    h.worker.configure([target()])
+    h.worker.start()
+    try:
+        away = remote.path.with_name("away.git")
+        remote.path.rename(away)
+        h.worker.submit(upsert("a"))
+        h.worker.submit(upsert("b"))
+        waiting = asyncio.create_task(h.worker.room())
+        await until(lambda: any(not r.ok for r in h.reports), "a failure report")
+        assert not waiting.done()  # two items wait for the writer: the producer waits
+        away.rename(remote.path)
+        await asyncio.wait_for(waiting, 30)  # the retry after the remote is back makes room
+        assert {path_of("a"), path_of("b")} <= set(remote.files())
+        await h.worker.room()  # room again: returns at once
+    finally:
+        await h.worker.stop(timeout=5)

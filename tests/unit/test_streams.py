@@ -157,3 +157,18 @@ async def test_a_cluster_wide_stream_keeps_only_admitted_namespaces() -> None:
     assert set(snap.documents) == {Identity("", "ConfigMap", "ns", "a")}
     assert isinstance(change, Change)
     assert change.identity.name == "a"
+
+
+async def test_each_submission_waits_for_room_and_filtered_events_do_not() -> None:
+    out: list[Change | Snapshot] = []
+    waits: list[int] = []
+
+    async def room() -> None:
+        waits.append(len(out))  # called after the submission it follows
+
+    spec = StreamSpec(TARGET, CM, "ns", (None,), frozenset(Operation))
+    stream = TargetStream(spec, DEFAULT_NOISE_POLICY, out.append, lambda: 1.0, room=room)
+    await stream.on_snapshot(initial(stream, {("ns", "a"): cm("a")}), set(), "1")
+    await stream.on_event("ADDED", cm("b"), "2")
+    await stream.on_event("ADDED", cm("kube-root-ca.crt"), "3")  # noise: nothing submitted
+    assert waits == [1, 2]

@@ -470,6 +470,7 @@ class Manager:
                 worker.submit,
                 ack_now=self._cursors.acked_at_once,
                 admitted=admitted[key],
+                room=worker.room,
             )
             resume = None
             if key in self._relist:

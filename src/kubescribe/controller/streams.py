@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,7 +87,9 @@ class TargetStream:
 
     With a `journal`, every event's object key is recorded for the resume cursor; an event
     that is filtered out while nothing of the stream waits in the worker is acknowledged at
-    once (`ack_now`), so a stream of only filtered events still moves its cursor."""
+    once (`ack_now`), so a stream of only filtered events still moves its cursor. After each
+    submission the stream awaits `room` (the worker's backpressure): the watch reader waits,
+    nothing is dropped."""
 
     def __init__(
         self,
@@ -99,8 +101,10 @@ class TargetStream:
         journal: StreamJournal | None = None,
         ack_now: Callable[[str, str], None] | None = None,
         admitted: tuple[frozenset[str], ...] | None = None,
+        room: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.spec = spec
+        self.room = room
         self.admitted = admitted  # see `StreamSpec.admitted`; fixed for the stream's life
         self.noise = noise
         self.submit = submit
@@ -197,6 +201,8 @@ class TargetStream:
                 cursor=Cursor(self.spec.key, rv),
             )
         )
+        if self.room is not None:
+            await self.room()
 
     async def on_event(self, event_type: str, obj: dict[str, Any], rv: str) -> None:
         change = self._change(event_type, obj, rv)
@@ -209,6 +215,8 @@ class TargetStream:
                 self.ack_now(self.spec.key, rv)
         if change is not None:
             self.submit(change)
+            if self.room is not None:
+                await self.room()
 
     def _change(self, event_type: str, obj: dict[str, Any], rv: str) -> Change | None:
         operation = _OPERATIONS.get(event_type)

@@ -41,6 +41,7 @@ SOPS_CONFIG = ".sops.yaml"
 
 RETRY_INITIAL = 0.5
 RETRY_MAX = 30.0
+RETRY_MAX_UNREACHABLE = 3.0
 
 
 class RefusedContent(Exception):

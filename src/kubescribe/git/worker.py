@@ -31,6 +31,7 @@ from kubescribe.git.repo import (
     CallbacksFactory,
     CommitSigner,
     RemoteError,
+    RemoteUnavailable,
     SigningUnavailable,
     normalize_url,
 )
@@ -38,6 +39,7 @@ from kubescribe.git.targets import (
     PUSHED,
     RETRY_INITIAL,
     RETRY_MAX,
+    RETRY_MAX_UNREACHABLE,
     WRITE_FAILED,
     Committer,
     Item,
@@ -62,6 +64,9 @@ from kubescribe.mirror.layout import paths_overlap
 
 log = structlog.get_logger(__name__)
 
+# Items waiting for the writer before producers wait (`BranchWorker.room`).
+MAX_QUEUED = 10_000
+
 
 class BranchWorker:
     """The single writer for one (normalized URL, branch).
@@ -83,6 +88,7 @@ class BranchWorker:
         max_rebuilds: int = 5,
         resolver: AuthorResolver | None = None,
         clock: Callable[[], float] = time.monotonic,
+        max_queued: int = MAX_QUEUED,
     ) -> None:
         self.url = url
         self.branch = branch
@@ -102,6 +108,10 @@ class BranchWorker:
         self._task: asyncio.Task[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._queue_depth = metrics.QUEUE_DEPTH.labels(f"{self.key[0]}#{branch}")
+        self._waited = metrics.BACKPRESSURE.labels(f"{self.key[0]}#{branch}")
+        self._max_queued = max_queued
+        self._room = asyncio.Event()
+        self._room.set()
         self._log = log.bind(repo=self.key[0], branch=branch)
         self._writer = Writer(
             url,
@@ -148,7 +158,7 @@ class BranchWorker:
         self._retry_now.set()
 
     def submit(self, item: Item) -> None:
-        """Queue an item (FIFO); never blocks."""
+        """Queue an item (FIFO); never blocks (a producer awaits `room` after it)."""
         if self._stopping and (self._task is None or self._task.done()):
             raise RuntimeError("branch worker is stopped")
         if isinstance(item, Group):
@@ -157,8 +167,25 @@ class BranchWorker:
 
     def _enqueue(self, item: Item) -> None:
         self._queue.append(item)
-        self._queue_depth.set(self.pending)
+        self._depth_changed()
         self._wake.set()
+
+    async def room(self) -> None:
+        """Wait while `max_queued` items wait for the writer (queued, or kept after a failed
+        push): a watch reader waits here instead of growing the queue without bound. Items
+        in an open commit window do not count, so a held window never stalls its streams."""
+        if self._room.is_set():
+            return
+        started = time.monotonic()
+        await self._room.wait()
+        self._waited.inc(time.monotonic() - started)
+
+    def _depth_changed(self) -> None:
+        self._queue_depth.set(self.pending)
+        if len(self._queue) + len(self._unpushed) < self._max_queued:
+            self._room.set()
+        else:
+            self._room.clear()
 
     # -- CommitRequests --------------------------------------------------------------------
     def hold(
@@ -246,7 +273,7 @@ class BranchWorker:
                 failures += 1
                 self._upkeep_due = True
                 self._failed(batch, targets, exc)
-                delay = min(RETRY_MAX, RETRY_INITIAL * 2 ** min(failures - 1, 10))
+                delay = min(_retry_cap(exc), RETRY_INITIAL * 2 ** min(failures - 1, 10))
                 delay *= random.uniform(0.8, 1.0)
                 with contextlib.suppress(TimeoutError):
                     # stop() asks for one attempt now instead of at the end of the wait.
@@ -282,7 +309,7 @@ class BranchWorker:
         ]
         self._settle(batch, outcome)
         self._unpushed, self._collapsed_cursors = [], []
-        self._queue_depth.set(self.pending)
+        self._depth_changed()
         now = time.monotonic()
         for item in outcome.written:
             metrics.LAG.observe(max(0.0, now - item.observed_at))
@@ -345,7 +372,7 @@ class BranchWorker:
         kept, dropped = _collapse([i for i in batch if i.target in targets])
         self._unpushed = kept
         self._collapsed_cursors += dropped
-        self._queue_depth.set(self.pending)
+        self._depth_changed()
         for key in sorted({item.target for item in kept}):
             last = self._last.get(key, _Last())
             self._report(
@@ -424,6 +451,15 @@ class _Last:
     retained: int = 0
     failing: list[Refusal] = field(default_factory=list)
     kustomization: str | None = None
+
+
+def _retry_cap(exc: Exception) -> float:
+    """The longest wait between attempts: a remote that cannot be reached is tried again
+    every few seconds, so its return is noticed soon; other failures (credentials, a hook,
+    the signing key) wait longer, and a change to their cause cuts the wait short."""
+    if isinstance(exc, RemoteUnavailable) and exc.reason == RemoteUnavailable.default_reason:
+        return RETRY_MAX_UNREACHABLE
+    return RETRY_MAX
 
 
 def _collapse(items: list[Item]) -> tuple[list[Item], list[Cursor]]:

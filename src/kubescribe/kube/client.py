@@ -152,11 +152,12 @@ class KubeClient:
 
 # A watch may rightly stay silent until the server ends it; a peer that vanished (a node or a
 # network gone without a FIN) is found by TCP keepalive instead: about 30 s + 3 x 10 s.
-_KEEPALIVE = ((socket.SO_KEEPALIVE, socket.SOL_SOCKET, 1),) + tuple(
+_KEEPALIVE = [(socket.SO_KEEPALIVE, socket.SOL_SOCKET, 1)]
+_KEEPALIVE += [
     (getattr(socket, name), socket.IPPROTO_TCP, value)
     for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3))
     if hasattr(socket, name)
-)
+]
 
 
 def _keep_alive(sock: socket.socket | None) -> None:
