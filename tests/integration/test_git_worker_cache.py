@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import contextlib
+import os
+import subprocess
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pygit2
@@ -109,5 +112,48 @@ async def test_producers_wait_for_room_while_the_remote_is_away(
         await asyncio.wait_for(waiting, 30)  # the retry after the remote is back makes room
         assert {path_of("a"), path_of("b")} <= set(remote.files())
         await h.worker.room()  # room again: returns at once
+    finally:
+        await h.worker.stop(timeout=5)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB file system for the cache (a tmpfs: needs root)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounts a tmpfs")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(path: Path) -> None:
+    with path.open("wb") as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"\0" * 65536)
+            f.flush()
+
+
+async def test_a_full_cache_disk_says_so_and_converges_once_space_returns(
+    remote: BareRemote, small_disk: Path
+) -> None:
+    h = Harness(remote, small_disk / "cache", "main")
+    h.worker.configure([target()])
+    h.worker.start()
+    try:
+        await h.settle(upsert("a"))
+        fill(small_disk / "filler")
+        h.worker.submit(upsert("b", k="while the disk is full"))
+        await until(lambda: any(not r.ok for r in h.reports), "a failure report")
+        failure = next(r for r in h.reports if not r.ok)
+        assert failure.reason == "CacheUnwritable"
+        assert "No space left on device" in failure.message
+        assert str(small_disk / "cache") in failure.message
+        (small_disk / "filler").unlink()
+        await until(lambda: path_of("b") in remote.files(), "the write after space returned")
+        assert h.last().ok
     finally:
         await h.worker.stop(timeout=5)

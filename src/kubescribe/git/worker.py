@@ -57,7 +57,7 @@ from kubescribe.git.windowing import (
     RequestHandle,
     RequestOutcome,
 )
-from kubescribe.git.writer import Writer
+from kubescribe.git.writer import CacheUnwritable, Writer
 from kubescribe.mirror.authors import Author, AuthorResolver
 from kubescribe.mirror.changes import Change, Cursor, TargetKey
 from kubescribe.mirror.layout import paths_overlap
@@ -355,7 +355,7 @@ class BranchWorker:
     def _failed(
         self, batch: list[Item], targets: Mapping[TargetKey, TargetConfig], exc: Exception
     ) -> None:
-        if isinstance(exc, RemoteError | SigningUnavailable):
+        if isinstance(exc, RemoteError | SigningUnavailable | CacheUnwritable):
             reason, message = exc.reason, str(exc)
         else:
             reason, message = WRITE_FAILED, f"{type(exc).__name__}: {exc}"
@@ -454,11 +454,14 @@ class _Last:
 
 
 def _retry_cap(exc: Exception) -> float:
-    """The longest wait between attempts: a remote that cannot be reached is tried again
-    every few seconds, so its return is noticed soon; other failures (credentials, a hook,
-    the signing key) wait longer, and a change to their cause cuts the wait short."""
+    """The longest wait between attempts: a remote that cannot be reached, or a cache disk
+    that is full, is tried again every few seconds, so its return is noticed soon; other
+    failures (credentials, a hook, the signing key) wait longer, and a change to their cause
+    cuts the wait short."""
     if isinstance(exc, RemoteUnavailable) and exc.reason == RemoteUnavailable.default_reason:
         return RETRY_MAX_UNREACHABLE
+    if isinstance(exc, CacheUnwritable):
+        return RETRY_MAX_UNREACHABLE  # space may come back any moment
     return RETRY_MAX
 
 

@@ -7,7 +7,9 @@ new tip. Between writes the object cache is kept small (`repack.tidy`).
 
 from __future__ import annotations
 
+import os
 import random
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,6 +31,34 @@ from kubescribe.git.repo import (
 )
 from kubescribe.git.targets import Committer, Item, TargetConfig
 from kubescribe.mirror.changes import TargetKey
+
+CACHE_UNWRITABLE = "CacheUnwritable"
+_PROBE_SIZE = 1 << 20  # a batch's pack needs room too, not a few bytes
+
+
+class CacheUnwritable(Exception):
+    """The object cache cannot be written (a full or read-only disk): nothing is lost, the
+    batch is kept and retried; the message names the directory and the system's error."""
+
+    reason = CACHE_UNWRITABLE
+
+
+def cache_problem(cache_dir: Path, exc: BaseException) -> str | None:
+    """Why `exc` is the cache's disk and not the remote or the content (None: it is not).
+
+    libgit2 words disk errors its own way (a full disk can read "invalid argument:
+    'url->host'"), and an OSError may come from elsewhere: ask the disk itself."""
+    if not isinstance(exc, pygit2.GitError | OSError):
+        return None
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=cache_dir) as probe:
+            probe.write(bytes(_PROBE_SIZE))
+            probe.flush()
+            os.fsync(probe.fileno())
+    except OSError as probe_error:
+        return probe_error.strerror or str(probe_error)
+    return None
 
 
 class Writer:
@@ -120,10 +150,15 @@ class Writer:
         try:
             with self.open().cache_lock.shared():
                 outcome = self._write(batch, targets)
-        except Exception:
+        except Exception as exc:
             # Unreachable, or a push that may or may not have landed: ask the remote next time.
             self.tip_known = False
             self._discard()
+            problem = cache_problem(self.cache_dir, exc)
+            if problem is not None:
+                raise CacheUnwritable(
+                    f"the object cache {self.cache_dir} cannot be written: {problem}"
+                ) from exc
             raise
         self._tidy()
         return outcome
