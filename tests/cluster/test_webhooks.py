@@ -90,6 +90,7 @@ def test_audit_and_admission_wired_from_the_charts_artifacts(
         timeout=60,
         what="the apiserver-config Secret",
     )
+    assert files is not None
     confdir.mkdir()
     for file, value in files["data"].items():
         (confdir / file).write_bytes(base64.b64decode(value))

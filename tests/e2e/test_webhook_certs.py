@@ -99,6 +99,7 @@ def test_created_served_injected_and_rotated_without_a_restart(
     )
     try:
         secret = wait_for(lambda: find_secret(cp, namespace), timeout=30, what="the Secret")
+        assert secret is not None
         assert {"ca.crt", "ca.key", "tls.crt", "tls.key", "ca-bundle.crt"} <= set(secret["data"])
         bundle = wait_for(lambda: ca_bundle(cp, hook), timeout=30, what="caBundle injected")
         assert bundle == base64.b64decode(secret["data"]["ca-bundle.crt"])
@@ -107,15 +108,19 @@ def test_created_served_injected_and_rotated_without_a_restart(
         assert first == ssl.PEM_cert_to_DER_cert(
             base64.b64decode(secret["data"]["tls.crt"]).decode()
         )
-        pid = op.proc.pid
+        proc = op.proc
+        assert proc is not None
+        pid = proc.pid
 
         def rotated() -> bytes | None:
             der = _try(lambda: served(port))
             return der if der is not None and der != first else None
 
         second = wait_for(rotated, timeout=3 * VALIDITY, what="a rotated serving certificate")
-        assert op.proc.poll() is None  # the same process, never restarted
-        assert op.proc.pid == pid
+        assert proc.poll() is None  # the same process, never restarted
+        assert op.proc is proc
+        assert proc.pid == pid
+        assert second is not None
         assert fingerprint(second) != fingerprint(first)
         # the CA is kept: the caBundle on the webhook configuration verifies the new one
         assert ca_bundle(cp, hook) == bundle

@@ -84,17 +84,17 @@ class WebhookCertificates:
     async def start(self) -> None:
         """Return once there is a certificate to serve (created or read), written to files."""
         while True:
-            await self._tick()
+            await self.tick()
             if self.material is not None:
                 return
             await asyncio.sleep(RETRY)
 
     async def run(self) -> None:
         while True:
-            wait = await self._tick()
+            wait = await self.tick()
             await asyncio.sleep(wait)
 
-    async def _tick(self) -> float:
+    async def tick(self) -> float:
         """One round; the seconds until the next."""
         opts = self.options
         try:
