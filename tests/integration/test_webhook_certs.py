@@ -99,9 +99,10 @@ async def test_least_privilege_create_renew_and_a_refused_write_keeps_serving(
     role(controlplane, namespace, user, update=False)
     clock.offset = VALIDITY * 0.7  # past 2/3: the serving certificate is due
     refused = sample("kubescribe_webhook_certificate_errors_total", reason="SecretForbidden")
-    await certs.tick()
+    wait = await certs.tick()
     after = sample("kubescribe_webhook_certificate_errors_total", reason="SecretForbidden")
     assert after == refused + 1
+    assert wait >= 10  # tried again at a calm pace, not in a loop
     assert certs.material == first  # keeps serving the certificate it has
     assert (tmp_path / "a" / "tls.crt").read_bytes() == first.serving.cert_pem
 

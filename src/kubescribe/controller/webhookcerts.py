@@ -42,6 +42,7 @@ log = structlog.get_logger(__name__)
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 SERVING_FILES = ("tls.crt", "tls.key", "ca.crt")
 RETRY = 2.0
+FAILED_WRITE_RETRY = 10.0  # a refused renewal is tried again at this pace, not in a loop
 CERT_VALIDITY = 90 * 86400.0  # seconds
 CA_VALIDITY = 10 * 365 * 86400.0
 
@@ -108,12 +109,14 @@ class WebhookCertificates:
             log.error("webhook_certs.invalid", reason="SecretInvalid", secret=opts.secret)
         now = self.clock()
         wanted, events = advance(current, now, opts.policy)
+        soonest = 0.5
         if events:
             written = await self._write(found, wanted, events, now)
             if written is None:
                 if current is None:
                     return RETRY
                 wanted = current  # keep serving what is there (still valid: renewed early)
+                soonest = FAILED_WRITE_RETRY
             elif not written:
                 return 0.1  # another replica wrote first: read what it wrote
         self._use(wanted, now)
@@ -121,7 +124,7 @@ class WebhookCertificates:
         if opts.apiserver_secret:
             await self._apiserver_config(wanted, now)
         until = (next_due(wanted, now, opts.policy) - self.clock()).total_seconds()
-        return min(opts.poll, max(until, 0.5))
+        return min(opts.poll, max(until, soonest))
 
     async def _write(
         self, found: dict[str, Any] | None, wanted: Material, events: list[str], now: dt.datetime
