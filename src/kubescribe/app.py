@@ -91,22 +91,20 @@ async def run_operator(
     certificates: CertificateOptions | None = None,
 ) -> None:
     client = await KubeClient.connect(kubeconfig, context)
+    # API client, audit receiver, admission webhook, fact store: closed in reverse order
+    sites = contextlib.AsyncExitStack()
+    sites.push_async_callback(client.close)
     certs = None
-    if certificates is not None:
-        # The HTTPS sites start from the files it writes: wait for a certificate to serve.
-        certs = WebhookCertificates(client, certificates)
-        try:
-            await certs.start()
-        except BaseException:
-            await client.close()
-            raise
-    sites = contextlib.AsyncExitStack()  # audit receiver, admission webhook, fact store
     try:
+        if certificates is not None:
+            # The HTTPS sites start from the files it writes: wait for a certificate to serve.
+            certs = WebhookCertificates(client, certificates)
+            await certs.start()
         att = await sites.enter_async_context(
             attribution(attribution_options or AttributionOptions())
         )
     except BaseException:
-        await client.close()
+        await sites.aclose()
         raise
     sharing = sharing or Sharing()
     settings = Settings(
@@ -148,7 +146,6 @@ async def run_operator(
             upkeep.cancel()
         if runner is not None:
             await runner.cleanup()
-        await client.close()
         await settings.cursors.close()
         await sites.aclose()
         log.info("operator.stopped")
