@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import structlog
 
+from kubescribe.controller.certrotation import ADMISSION_CLIENT, AUDIT_CLIENT
 from kubescribe.controller.manager import Manager, Settings
+from kubescribe.controller.webhookcerts import (
+    SERVING_FILES,
+    CertificateOptions,
+    WebhookCertificates,
+)
 from kubescribe.kube.client import KubeClient
 from kubescribe.server.attribution import AttributionOptions, attribution
+from kubescribe.server.audit import DEFAULT_CLIENT_PREFIX
 from kubescribe.server.health import health_app, serve
+from kubescribe.server.tls import ANY_CLIENT
 
 log = structlog.get_logger(__name__)
 
@@ -23,6 +32,47 @@ class Sharing:
     replica_id: str = ""
     lease_namespace: str = "default"
     lease_duration: float = 10.0
+
+
+# The file flags that --webhook-cert-secret fills in itself.
+MANAGED_FILES = (
+    "audit_tls_cert",
+    "audit_tls_key",
+    "audit_client_ca",
+    "webhook_tls_cert",
+    "webhook_tls_key",
+    "webhook_client_ca",
+    "changes_webhook_ca",
+)
+
+
+def managed_certificates(
+    attribution: AttributionOptions, certificates: CertificateOptions
+) -> tuple[AttributionOptions, CertificateOptions]:
+    """Point the HTTPS sites at the files the certificate upkeep writes (the trusted CAs
+    verify clients too), and name the client certificates kube-apiserver gets."""
+    directory = certificates.directory
+    cert, key, cas = (directory / name for name in SERVING_FILES)
+    clients = {}
+    if attribution.audit_addr:
+        names = sorted(attribution.route.clients.names - {ANY_CLIENT})
+        clients[AUDIT_CLIENT] = (
+            names[0] if names else DEFAULT_CLIENT_PREFIX + attribution.route.name
+        )
+    named = sorted({c.strip() for c in attribution.webhook_client_cns} - {ANY_CLIENT, ""})
+    if attribution.webhook_addr and named:
+        clients[ADMISSION_CLIENT] = named[0]
+    served = replace(
+        attribution,
+        audit_tls_cert=cert,
+        audit_tls_key=key,
+        audit_client_ca=cas,
+        webhook_tls_cert=cert,
+        webhook_tls_key=key,
+        webhook_client_ca=cas,
+        changes_webhook_ca=cas,
+    )
+    return served, replace(certificates, clients=clients)
 
 
 async def run_operator(
@@ -38,10 +88,24 @@ async def run_operator(
     kustomize: str | None = None,
     sharing: Sharing | None = None,
     attribution_options: AttributionOptions | None = None,
+    certificates: CertificateOptions | None = None,
 ) -> None:
-    sites = contextlib.AsyncExitStack()  # audit receiver, admission webhook, fact store
-    att = await sites.enter_async_context(attribution(attribution_options or AttributionOptions()))
     client = await KubeClient.connect(kubeconfig, context)
+    # API client, audit receiver, admission webhook, fact store: closed in reverse order
+    sites = contextlib.AsyncExitStack()
+    sites.push_async_callback(client.close)
+    certs = None
+    try:
+        if certificates is not None:
+            # The HTTPS sites start from the files it writes: wait for a certificate to serve.
+            certs = WebhookCertificates(client, certificates)
+            await certs.start()
+        att = await sites.enter_async_context(
+            attribution(attribution_options or AttributionOptions())
+        )
+    except BaseException:
+        await sites.aclose()
+        raise
     sharing = sharing or Sharing()
     settings = Settings(
         cache_dir=cache_dir,
@@ -55,11 +119,11 @@ async def run_operator(
         lease_duration=sharing.lease_duration,
     )
     options = attribution_options or AttributionOptions()
-    if options.changes_webhook_url and options.changes_webhook_ca:
-        settings.changes_webhook = (
-            options.changes_webhook_url,
-            options.changes_webhook_ca.read_bytes(),
-        )
+    if certs is not None and options.changes_webhook_url:
+        settings.changes_webhook = (options.changes_webhook_url, certs.bundle)
+    elif options.changes_webhook_url and options.changes_webhook_ca:
+        pem = options.changes_webhook_ca.read_bytes()
+        settings.changes_webhook = (options.changes_webhook_url, lambda: pem)
     redis_url = options.redis_url
     if redis_url:
         # Imported only when configured, like the fact store: redis-py costs about 20 MB.
@@ -74,12 +138,14 @@ async def run_operator(
         host, _, port = metrics_addr.rpartition(":")
         runner = await serve(health_app(lambda: manager.synced), host or "0.0.0.0", int(port))
     log.info("operator.started", server=client.host)
+    upkeep = asyncio.create_task(certs.run()) if certs is not None else None
     try:
         await manager.run()
     finally:
+        if upkeep is not None:
+            upkeep.cancel()
         if runner is not None:
             await runner.cleanup()
-        await client.close()
         await settings.cursors.close()
         await sites.aclose()
         log.info("operator.stopped")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import shutil
 import signal
 from collections.abc import Callable, Coroutine
@@ -16,13 +17,15 @@ import structlog
 from kubescribe import __version__
 from kubescribe import logging as klog
 from kubescribe.api.crds import render_crds
-from kubescribe.app import Sharing, run_operator
+from kubescribe.app import MANAGED_FILES, Sharing, managed_certificates, run_operator
+from kubescribe.controller.certrotation import Policy
 from kubescribe.controller.snapshot import (
     Selection,
     SnapshotError,
     run_snapshot,
     select_types,
 )
+from kubescribe.controller.webhookcerts import CA_VALIDITY, CERT_VALIDITY, CertificateOptions
 from kubescribe.git.targets import Committer
 from kubescribe.git.urlpolicy import NetworkPolicy, set_network_policy
 from kubescribe.kube.client import KubeClient
@@ -165,6 +168,81 @@ def _attribution_options(command: Callable[..., None]) -> Callable[..., None]:
     return command
 
 
+def _certificate_options(command: Callable[..., None]) -> Callable[..., None]:
+    """`kubescribe run` flags of operator-managed webhook certificates."""
+    options = [
+        click.option(
+            "--webhook-cert-secret",
+            default="",
+            help="Manage the certificates of the audit receiver and the admission webhook in "
+            "this Secret (created when missing, serving certificate renewed at 2/3 of its "
+            "life, CA rolled over with an overlap) instead of --*-tls-cert/--*-client-ca files.",
+        ),
+        click.option(
+            "--webhook-cert-namespace",
+            envvar="POD_NAMESPACE",
+            default="default",
+            show_default=True,
+            help="Namespace of --webhook-cert-secret and --apiserver-config-secret. Defaults "
+            "to $POD_NAMESPACE.",
+        ),
+        click.option(
+            "--webhook-cert-host",
+            "webhook_cert_hosts",
+            multiple=True,
+            help="DNS name or IP address of the serving certificate. Repeatable.",
+        ),
+        click.option(
+            "--webhook-cert-validity",
+            type=click.FloatRange(min=10),
+            default=CERT_VALIDITY,
+            show_default=True,
+            help="Seconds the serving certificate is valid (renewed at 2/3).",
+        ),
+        click.option(
+            "--webhook-ca-validity",
+            type=click.FloatRange(min=60),
+            default=CA_VALIDITY,
+            show_default=True,
+            help="Seconds the CA is valid (next CA staged at 2/3, signing at 5/6).",
+        ),
+        click.option(
+            "--webhook-cert-dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            default=Path("/tmp/kubescribe-webhook-tls"),
+            show_default=True,
+            help="Where the served certificate files are written (tls.crt, tls.key, ca.crt).",
+        ),
+        click.option(
+            "--webhook-ca-inject",
+            "webhook_ca_inject",
+            multiple=True,
+            help="ValidatingWebhookConfiguration whose caBundle is kept equal to the trusted "
+            "CAs. Repeatable.",
+        ),
+        click.option(
+            "--apiserver-config-secret",
+            default="",
+            help="Also keep kube-apiserver's files (client certificates, kubeconfigs) in this "
+            "Secret, for the cluster administrator.",
+        ),
+        click.option(
+            "--apiserver-files",
+            type=click.Path(exists=True, file_okay=False, path_type=Path),
+            help="Folder whose files (audit policy, AdmissionConfiguration) are copied into "
+            "--apiserver-config-secret.",
+        ),
+        click.option(
+            "--audit-webhook-url",
+            default="",
+            help="The receiver's URL in the audit-webhook.kubeconfig of --apiserver-config-secret.",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @main.command()
 @click.option(
     "--kubeconfig",
@@ -248,6 +326,7 @@ def _attribution_options(command: Callable[..., None]) -> Callable[..., None]:
     "`kustomize` on PATH; without one the check is skipped).",
 )
 @_attribution_options
+@_certificate_options
 def run(
     kubeconfig: Path | None,
     context: str | None,
@@ -263,6 +342,16 @@ def run(
     lease_namespace: str,
     lease_duration: float,
     kustomize_binary: str,
+    webhook_cert_secret: str,
+    webhook_cert_namespace: str,
+    webhook_cert_hosts: tuple[str, ...],
+    webhook_cert_validity: float,
+    webhook_ca_validity: float,
+    webhook_cert_dir: Path,
+    webhook_ca_inject: tuple[str, ...],
+    apiserver_config_secret: str,
+    apiserver_files: Path | None,
+    audit_webhook_url: str,
     **attribution: Any,
 ) -> None:
     """Run the operator until SIGTERM/SIGINT; pending writes are flushed on the way out."""
@@ -271,6 +360,31 @@ def run(
     for many in ("audit_extra_routes", "webhook_client_cns"):
         attribution[many] = tuple(attribution[many])
     attribution_options = AttributionOptions(**attribution)
+    certificates = None
+    if webhook_cert_secret:
+        given = [f for f in MANAGED_FILES if getattr(attribution_options, f) is not None]
+        if given:
+            flags = ", ".join("--" + f.replace("_", "-") for f in given)
+            raise click.UsageError(f"--webhook-cert-secret manages the certificates: drop {flags}")
+        if not webhook_cert_hosts:
+            raise click.UsageError("--webhook-cert-secret needs --webhook-cert-host")
+        attribution_options, certificates = managed_certificates(
+            attribution_options,
+            CertificateOptions(
+                namespace=webhook_cert_namespace,
+                secret=webhook_cert_secret,
+                policy=Policy(
+                    serving_validity=dt.timedelta(seconds=webhook_cert_validity),
+                    ca_validity=dt.timedelta(seconds=webhook_ca_validity),
+                    hosts=webhook_cert_hosts,
+                ),
+                directory=webhook_cert_dir,
+                inject=webhook_ca_inject,
+                apiserver_secret=apiserver_config_secret,
+                apiserver_files=apiserver_files,
+                audit_url=audit_webhook_url,
+            ),
+        )
     if problems := attribution_options.problems():
         raise click.UsageError("; ".join(problems))
     operator = run_operator(
@@ -285,6 +399,7 @@ def run(
         kustomize=kustomize_binary or shutil.which("kustomize"),
         sharing=Sharing(replica_id, lease_namespace, lease_duration),
         attribution_options=attribution_options,
+        certificates=certificates,
     )
     asyncio.run(_until_signal(operator))
 

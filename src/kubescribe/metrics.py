@@ -228,3 +228,24 @@ ATTRIBUTION_SOURCES = Counter(
     ["source", "outcome"],
     registry=REGISTRY,
 )
+WEBHOOK_CERT_EXPIRY = Gauge(
+    "kubescribe_webhook_certificate_expiry_timestamp_seconds",
+    "When the operator-managed webhook certificates in use expire (Unix seconds), by "
+    "certificate (serving, ca).",
+    ["certificate"],
+    registry=REGISTRY,
+)
+WEBHOOK_CERT_ROTATIONS = Counter(
+    "kubescribe_webhook_certificate_rotations_total",
+    "Changes this replica wrote to the webhook certificate Secret, by event (created, "
+    "serving_expiring, serving_hosts_changed, ca_staged, ca_promoted, ca_dropped, ...).",
+    ["event"],
+    registry=REGISTRY,
+)
+WEBHOOK_CERT_ERRORS = Counter(
+    "kubescribe_webhook_certificate_errors_total",
+    "Failures of the webhook certificate upkeep, by reason (SecretForbidden, SecretInvalid, "
+    "WebhookConfigurationForbidden, ApiserverConfigForbidden, ...Unavailable).",
+    ["reason"],
+    registry=REGISTRY,
+)

@@ -57,26 +57,58 @@ without the core group, plus rbac.extraApiGroups; sorted, unique.
 {{- end -}}
 
 {{- define "kubescribe.webhookArgs" -}}
+{{- $operator := eq .Values.certificates.source "operator" -}}
 {{- if .Values.audit.enabled }}
 - --audit-addr=:{{ .Values.audit.port }}
+{{- if not $operator }}
 - --audit-tls-cert=/etc/kubescribe/tls/tls.crt
 - --audit-tls-key=/etc/kubescribe/tls/tls.key
 - --audit-client-ca=/etc/kubescribe/tls/ca.crt
+{{- end }}
 - --audit-route={{ .Values.audit.route }}
 {{- end }}
 {{- if .Values.admission.enabled }}
 - --webhook-addr=:{{ .Values.admission.port }}
+{{- if not $operator }}
 - --webhook-tls-cert=/etc/kubescribe/tls/tls.crt
 - --webhook-tls-key=/etc/kubescribe/tls/tls.key
 - --webhook-client-ca=/etc/kubescribe/tls/ca.crt
+{{- end }}
 {{- if .Values.admission.allowAnonymous }}
 - --webhook-allow-anonymous
 {{- end }}
 {{- if .Values.admission.changes }}
 - --changes-webhook-url={{ .Values.admission.url | default (printf "https://%s.%s.svc:%v" (include "kubescribe.webhookService" .) .Release.Namespace .Values.admission.port) | trimSuffix "/validate-commitrequests" }}/validate-changes
+{{- if not $operator }}
 - --changes-webhook-ca=/etc/kubescribe/tls/ca.crt
 {{- end }}
 {{- end }}
+{{- end }}
+{{- if and $operator (eq (include "kubescribe.webhooks" .) "true") }}
+{{- $fullname := include "kubescribe.fullname" . }}
+- --webhook-cert-secret={{ $fullname }}-webhook-certs
+{{- range (include "kubescribe.webhookHosts" . | fromJsonArray) }}
+- --webhook-cert-host={{ . }}
+{{- end }}
+- --webhook-cert-validity={{ mul .Values.certificates.validityDays 86400 }}
+- --webhook-ca-validity={{ mul .Values.certificates.caValidityDays 86400 }}
+{{- if .Values.admission.enabled }}
+- --webhook-ca-inject={{ $fullname }}-commitrequests
+{{- end }}
+- --apiserver-config-secret={{ $fullname }}-apiserver-config
+- --apiserver-files=/etc/kubescribe/apiserver
+{{- if .Values.audit.enabled }}
+- --audit-webhook-url={{ include "kubescribe.auditURL" . }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* DNS names and addresses of the serving certificate: the Service's, plus extraSANs. */}}
+{{- define "kubescribe.webhookHosts" -}}
+{{- $svc := include "kubescribe.webhookService" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- $hosts := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) -}}
+{{- concat $hosts .Values.certificates.extraSANs | uniq | toJson -}}
 {{- end -}}
 
 {{- define "kubescribe.webhookPorts" -}}
@@ -100,17 +132,29 @@ without the core group, plus rbac.extraApiGroups; sorted, unique.
 
 {{- define "kubescribe.webhookMounts" -}}
 {{- if eq (include "kubescribe.webhooks" .) "true" }}
+{{- if eq .Values.certificates.source "operator" }}
+- name: apiserver-files
+  mountPath: /etc/kubescribe/apiserver
+  readOnly: true
+{{- else }}
 - name: webhook-tls
   mountPath: /etc/kubescribe/tls
   readOnly: true
+{{- end }}
 {{- end }}
 {{- end -}}
 
 {{- define "kubescribe.webhookVolumes" -}}
 {{- if eq (include "kubescribe.webhooks" .) "true" }}
+{{- if eq .Values.certificates.source "operator" }}
+- name: apiserver-files
+  configMap:
+    name: {{ include "kubescribe.fullname" . }}-apiserver-files
+{{- else }}
 - name: webhook-tls
   secret:
     secretName: {{ include "kubescribe.fullname" . }}-webhook-tls
+{{- end }}
 {{- end }}
 {{- end -}}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,7 +95,8 @@ class Settings:
     lease_namespace: str = "default"
     lease_duration: float = 10.0
     allow_insecure_cluster_tls: bool = False  # ClusterProvider kubeconfigs without TLS checks
-    changes_webhook: tuple[str, bytes] | None = None  # (URL, CA PEM): register it for attribution
+    # (URL, current CA bundle PEM): register it for attribution
+    changes_webhook: tuple[str, Callable[[], bytes]] | None = None
     attribution_sources: tuple[str, ...] = ()  # audit, admission: what can name authors
     kustomize: str | None = None  # the kustomize binary for GitTarget render checks
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import structlog
@@ -87,14 +87,16 @@ def client_config(url: str) -> dict[str, Any]:
 
 
 class ChangeWebhook:
-    def __init__(self, client: KubeClient, url: str, ca_pem: bytes) -> None:
+    """`ca_pem` is asked at each sync: operator-managed certificates change the bundle."""
+
+    def __init__(self, client: KubeClient, url: str, ca_pem: Callable[[], bytes]) -> None:
         self.client = client
         self.url = url
         self.ca_pem = ca_pem
         self._applied: str | None = None
 
     async def sync(self, streams: Iterable[StreamSpec]) -> None:
-        wanted = registration(self.url, self.ca_pem, streams)
+        wanted = registration(self.url, self.ca_pem(), streams)
         fingerprint = json.dumps(wanted, sort_keys=True)
         if fingerprint == self._applied:
             return

@@ -179,7 +179,11 @@ async def attribution(opts: AttributionOptions) -> AsyncIterator[Attribution]:
             )
             running.runners.append(await _serve(app, opts.audit_addr, ctx))
             reloads.append(
-                asyncio.create_task(reload_on_change(ctx, opts.audit_tls_cert, opts.audit_tls_key))
+                asyncio.create_task(
+                    reload_on_change(
+                        ctx, opts.audit_tls_cert, opts.audit_tls_key, opts.audit_client_ca
+                    )
+                )
             )
             log.info(
                 "audit.listening",
@@ -204,7 +208,9 @@ async def attribution(opts: AttributionOptions) -> AsyncIterator[Attribution]:
             running.runners.append(await _serve(app, opts.webhook_addr, ctx))
             reloads.append(
                 asyncio.create_task(
-                    reload_on_change(ctx, opts.webhook_tls_cert, opts.webhook_tls_key)
+                    reload_on_change(
+                        ctx, opts.webhook_tls_cert, opts.webhook_tls_key, opts.webhook_client_ca
+                    )
                 )
             )
             log.info("admission.listening", addr=opts.webhook_addr, clients=sorted(clients.names))

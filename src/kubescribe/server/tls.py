@@ -60,15 +60,23 @@ def peer_identities(transport: Any) -> frozenset[str] | None:
 
 
 async def reload_on_change(
-    ctx: ssl.SSLContext, cert: Path, key: Path, interval: float = 10.0
+    ctx: ssl.SSLContext,
+    cert: Path,
+    key: Path,
+    client_ca: Path | None = None,
+    interval: float = 10.0,
 ) -> None:
-    """Reload the serving certificate when its files change (mounted Secrets rotate);
-    new handshakes get the new certificate. Runs until cancelled."""
+    """Reload the serving certificate when its files change (mounted Secrets rotate, or the
+    operator's own certificates); new handshakes get the new certificate. A changed client CA
+    file is added to the trusted CAs (a CA rollover trusts old and new; a CA that was
+    trusted stays so until the process ends, and certificates it signed until it expires).
+    Runs until cancelled."""
+    files = (cert, key) + ((client_ca,) if client_ca is not None else ())
 
-    def stamp() -> tuple[float, float]:
-        return cert.stat().st_mtime, key.stat().st_mtime
+    def stamp() -> tuple[float, ...]:
+        return tuple(f.stat().st_mtime for f in files)
 
-    last = (0.0, 0.0)
+    last: tuple[float, ...] = ()
     with contextlib.suppress(OSError):
         last = stamp()
     while True:
@@ -77,6 +85,8 @@ async def reload_on_change(
             now = stamp()
             if now != last:
                 ctx.load_cert_chain(cert, key)
+                if client_ca is not None:
+                    ctx.load_verify_locations(cafile=str(client_ca))
                 last = now
                 log.info("tls.reloaded", cert=str(cert))
         except (OSError, ssl.SSLError) as exc:
