@@ -485,13 +485,79 @@ def burst(setup: Setup, objects: int, patches: int, writers: int) -> dict[str, A
     }
 
 
+def slope_per_hour(samples: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (seconds, value) samples, per hour."""
+    n = len(samples)
+    mean_t = sum(t for t, _ in samples) / n
+    mean_v = sum(v for _, v in samples) / n
+    var = sum((t - mean_t) ** 2 for t, _ in samples)
+    cov = sum((t - mean_t) * (v - mean_v) for t, v in samples)
+    return cov / var * 3600 if var else 0.0
+
+
+def soak(setup: Setup, minutes: float, objects: int = 100) -> dict[str, Any]:
+    """One change per second for `minutes`; RSS and open files sampled each minute. The slope
+    is taken after a warm-up of a fifth of the run (at least one minute)."""
+    setup.mirror_objects()
+    setup.start_operator()
+    assert setup.operator is not None
+    names = [f"soak-{i:03d}" for i in range(objects)]
+    asyncio.run(create_many(setup.cp.kubeconfig, names, "0"))
+    setup.remote.wait(lambda t: len(t) >= objects, 60)
+    commits_before = setup.remote.commits()
+    rss: list[tuple[float, float]] = []
+    fds: list[tuple[float, float]] = []
+
+    async def drive() -> int:
+        client = await KubeClient.connect(setup.cp.kubeconfig)
+        start = time.monotonic()
+        changes = 0
+        try:
+            while (elapsed := time.monotonic() - start) < minutes * 60:
+                name = names[changes % objects]
+                await client.merge_patch(
+                    f"/api/v1/namespaces/{NS}/configmaps/{name}", {"data": {"v": str(changes)}}
+                )
+                changes += 1
+                if changes % 60 == 1:
+                    assert setup.operator is not None
+                    rss.append((elapsed, setup.rss_mb()))
+                    fds.append((elapsed, float(setup.operator.open_files())))
+                await asyncio.sleep(max(0.0, start + changes - time.monotonic()))
+        finally:
+            await client.close()
+        return changes
+
+    changes = asyncio.run(drive())
+    last = changes - 1
+    want = expected_oid(names[last % objects], str(last))
+    setup.remote.wait(lambda t: t.get(names[last % objects]) == want, 60)
+    warm = max(1, len(rss) // 5)
+    return {
+        "workload": "soak",
+        "minutes": minutes,
+        "changes": changes,
+        "commits": setup.remote.commits() - commits_before,
+        "rss_mb_first_last": [rss[warm][1], rss[-1][1]] if len(rss) > warm else None,
+        "rss_mb_per_hour": round(slope_per_hour(rss[warm:]), 2) if len(rss) > warm + 1 else None,
+        "open_files_first_last": [fds[warm][1], fds[-1][1]] if len(fds) > warm else None,
+        "open_files_per_hour": round(slope_per_hour(fds[warm:]), 2)
+        if len(fds) > warm + 1
+        else None,
+        "cache_packs": int(metric_total(setup.operator, "kubescribe_cache_packs")),
+        "cache_tidies": int(metric_total(setup.operator, "kubescribe_cache_repacks_total")),
+    }
+
+
 @click.command()
 @click.argument("workloads", nargs=-1)
 @click.option("--samples", default=20, show_default=True)
 @click.option("--backfill", "sizes", default="1000,10000", show_default=True)
-def main(workloads: tuple[str, ...], samples: int, sizes: str) -> None:
+@click.option("--soak-minutes", default=30.0, show_default=True)
+def main(workloads: tuple[str, ...], samples: int, sizes: str, soak_minutes: float) -> None:
     """WORKLOADS: any of latency_isolated latency_stream latency_stream_kustomized backfill
-    burst crash warm_restart adopt (default: all)."""
+    burst crash warm_restart adopt soak (default: all but soak; backfill 50000 and soak are
+    the long-run workloads: --backfill 50000, soak --soak-minutes 30)."""
     chosen = workloads or (
         "latency_isolated",
         "latency_stream",
@@ -525,6 +591,8 @@ def main(workloads: tuple[str, ...], samples: int, sizes: str) -> None:
         runs.append(("warm_restart", lambda s: warm_restart(s, 10000)))
     if "adopt" in chosen:
         runs.append(("adopt", lambda s: adopt(s, 10000)))
+    if "soak" in chosen:
+        runs.append(("soak", lambda s: soak(s, soak_minutes)))
     for _, run in runs:
         with tempfile.TemporaryDirectory(prefix="kubescribe-bench-") as tmp:
             setup = Setup(Path(tmp))

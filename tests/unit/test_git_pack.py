@@ -19,7 +19,7 @@ def test_blobs_in_a_pack_are_readable_and_valid(tmp_path: Path) -> None:
     blobs.append(b"")  # empty blob
     blobs.append(bytes(range(256)) * 40)  # binary, size needs a multi-byte header
     blobs.append(blobs[3])  # duplicate
-    stem = write_objects(repo, [(BLOB, data) for data in blobs])
+    stem = write_objects(repo.path, [(BLOB, data) for data in blobs])
     assert stem is not None
     idx = Path(repo.path) / "objects" / "pack" / f"{stem}.idx"
     listed = subprocess.run(
@@ -31,7 +31,7 @@ def test_blobs_in_a_pack_are_readable_and_valid(tmp_path: Path) -> None:
         assert isinstance(blob, pygit2.Blob)
         assert blob.data == data
     # A second pack right after the first is found too (no mtime-granularity surprises).
-    write_objects(repo, [(BLOB, b"second pack")])
+    write_objects(repo.path, [(BLOB, b"second pack")])
     assert repo[pygit2.hash(b"second pack")].read_raw() == b"second pack"
 
     packs = sorted((Path(repo.path) / "objects" / "pack").glob("*.idx"))
@@ -50,5 +50,5 @@ def test_blobs_in_a_pack_are_readable_and_valid(tmp_path: Path) -> None:
 
 def test_nothing_to_write(tmp_path: Path) -> None:
     repo = pygit2.init_repository(str(tmp_path / "store.git"), bare=True)
-    assert write_objects(repo, []) is None
+    assert write_objects(repo.path, []) is None
     assert not list((Path(repo.path) / "objects" / "pack").glob("*.pack"))

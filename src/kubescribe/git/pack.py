@@ -18,18 +18,17 @@ import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
-import pygit2
-
 _LARGE_OFFSET = 0x80000000
 # Object types as libgit2 numbers them (and the pack format stores them).
 _TYPE_NAMES = {1: b"commit", 2: b"tree", 3: b"blob", 4: b"tag"}
 
 
-def write_objects(repo: pygit2.Repository, objects: Iterable[tuple[int, bytes]]) -> str | None:
-    """Store `objects` ((libgit2 type, raw content) pairs) in one new pack in `repo`; returns
+def write_objects(git_dir: str | Path, objects: Iterable[tuple[int, bytes]]) -> str | None:
+    """Store `objects` ((libgit2 type, raw content) pairs) in one new pack of the repository
+    at `git_dir`; returns
     the pack's name (`pack-<checksum>`), None when there was nothing to write. Entries stream
     to the file, so a large pack never sits in memory whole; duplicates are written once."""
-    directory = Path(repo.path) / "objects" / "pack"
+    directory = Path(git_dir) / "objects" / "pack"
     directory.mkdir(parents=True, exist_ok=True)
     entries: dict[bytes, tuple[int, int]] = {}  # raw id -> (offset, crc32)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")

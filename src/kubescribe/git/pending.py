@@ -29,7 +29,10 @@ class PendingObjects(pygit2.OdbBackend):
 
     def __init__(self, repo: pygit2.Repository) -> None:
         super().__init__()
-        self._repo = repo
+        # The path, not the repository: the repository holds this backend, and a reference
+        # back would keep both (and every pack file they opened) alive after the writer
+        # drops them.
+        self._git_dir = repo.path
         self._objects: dict[pygit2.Oid, tuple[int, bytes]] = {}
         repo.odb.add_backend(self, _PRIORITY)
 
@@ -40,7 +43,7 @@ class PendingObjects(pygit2.OdbBackend):
         """Write the pending objects as one pack; returns how many were written."""
         count = len(self._objects)
         if count:
-            write_objects(self._repo, self._objects.values())
+            write_objects(self._git_dir, self._objects.values())
             self._objects.clear()
         return count
 

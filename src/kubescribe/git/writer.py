@@ -95,7 +95,8 @@ class Writer:
     def open(self) -> GitRepository:
         repo = self.repo
         if repo is not None and repo.generation != repo.cache_lock.generation:
-            repo = None  # repacked for another branch: this instance maps removed packs
+            self._drop_repo()  # repacked for another branch: this instance maps removed packs
+            repo = None
         if repo is None:
             repo = self.repo = GitRepository(self.url, self.cache_dir, self.callbacks)
             self.pending = PendingObjects(repo.repo)
@@ -104,9 +105,15 @@ class Writer:
         return repo
 
     def close(self) -> None:
-        self.repo = None
-        self.pending = None
+        self._drop_repo()
         self.cache.clear()
+
+    def _drop_repo(self) -> None:
+        """Forget the repository instance and close its files (packs stay open otherwise
+        until the garbage collector finds the instance)."""
+        if self.repo is not None:
+            self.repo.repo.free()
+        self.repo = self.pending = None
 
     def remote_tip(self) -> pygit2.Oid | None:
         if not self.tip_known:
@@ -239,7 +246,7 @@ class Writer:
             self.log.warning("cache tidy failed", error=str(exc))
             return
         finally:
-            self.repo = self.pending = None  # open afresh: this instance maps removed packs
+            self._drop_repo()  # open afresh: this instance maps removed packs
         self.packs, self.tidy_at = 1, PACK_LIMIT
         self._packs_gauge.set(self.packs)
         metrics.REPACKS.inc()
