@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubescribe.controller.streams import Initial, StreamSpec, TargetStream, merge_operations
-from kubescribe.mirror.changes import Change, Operation, Snapshot, TargetKey
+from kubescribe.mirror.changes import Change, Operation, PackedDocuments, Snapshot, TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY
 
@@ -172,3 +172,16 @@ async def test_each_submission_waits_for_room_and_filtered_events_do_not() -> No
     await stream.on_event("ADDED", cm("b"), "2")
     await stream.on_event("ADDED", cm("kube-root-ca.crt"), "3")  # noise: nothing submitted
     assert waits == [1, 2]
+
+
+def test_packed_documents_unpack_a_fresh_tree_on_each_access() -> None:
+    doc = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "1"}}
+    key = Identity("", "ConfigMap", "ns", "a")
+    packed = PackedDocuments({key: PackedDocuments.pack(doc)})
+    assert dict(packed) == {key: doc}
+    first = packed[key]
+    assert isinstance(first, dict)
+    first["data"]["k"] = "changed by a renderer"
+    assert packed[key] == doc
+    assert key in packed
+    assert Identity("", "ConfigMap", "ns", "b") not in packed

@@ -12,7 +12,14 @@ from typing import Any
 from kubescribe import metrics
 from kubescribe.controller.cursors import StreamJournal
 from kubescribe.kube.informer import ObjectKey
-from kubescribe.mirror.changes import Change, Cursor, Operation, Snapshot, TargetKey
+from kubescribe.mirror.changes import (
+    Change,
+    Cursor,
+    Operation,
+    PackedDocuments,
+    Snapshot,
+    TargetKey,
+)
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.noise import NoisePolicy
 from kubescribe.mirror.sanitize import sanitize
@@ -79,7 +86,7 @@ class Initial:
     """What a stream keeps of one object of its initial state (see `TargetStream.prepare`)."""
 
     terminating: bool
-    document: dict[str, Any] | None  # None: not selected, or noise
+    document: bytes | None  # packed (`PackedDocuments`); None: not selected, or noise
 
 
 class TargetStream:
@@ -171,17 +178,21 @@ class TargetStream:
         # An object being deleted (finalizers pending) is deleted as far as Git is concerned.
         if _terminating(obj):
             return Initial(True, None)
-        return Initial(False, self._document(obj) if self._keep(obj) else None)
+        if not self._keep(obj):
+            return Initial(False, None)
+        return Initial(False, PackedDocuments.pack(self._document(obj)))
 
     async def on_snapshot(
         self, objects: Mapping[ObjectKey, Initial], deleted: set[ObjectKey], rv: str
     ) -> None:
         terminating = {k for k, initial in objects.items() if initial.terminating}
-        documents = {
-            self._identity(ns, name): initial.document
-            for (ns, name), initial in objects.items()
-            if initial.document is not None
-        }
+        documents = PackedDocuments(
+            {
+                self._identity(ns, name): initial.document
+                for (ns, name), initial in objects.items()
+                if initial.document is not None
+            }
+        )
         if self.journal is not None:
             self.journal.snapshot(rv, objects)
         ops = self.spec.operations

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+import marshal
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,37 @@ class Change:
     author: Author | None = None
     audit_route: str = ""  # the source cluster's audit route ('' = the operator's own)
     field_manager: str = ""  # the manager of the latest managedFields entry (inferred authors)
+
+
+class PackedDocuments(Mapping[Identity, Mapping[str, Any]]):
+    """Documents kept packed and unpacked on each access (a fresh tree every time).
+
+    A snapshot of 50,000 objects then holds 50,000 short byte strings instead of 50,000 trees
+    of dicts (about a sixth of the memory). Packed with `marshal`: the documents are plain
+    JSON-like trees, and the bytes never leave this process.
+    """
+
+    __slots__ = ("_packed",)
+
+    def __init__(self, packed: Mapping[Identity, bytes]) -> None:
+        self._packed = packed
+
+    @staticmethod
+    def pack(document: dict[str, Any]) -> bytes:
+        return marshal.dumps(document)
+
+    def __getitem__(self, identity: Identity) -> Mapping[str, Any]:
+        document: Mapping[str, Any] = marshal.loads(self._packed[identity])
+        return document
+
+    def __iter__(self) -> Iterator[Identity]:
+        return iter(self._packed)
+
+    def __len__(self) -> int:
+        return len(self._packed)
+
+    def __contains__(self, identity: object) -> bool:
+        return identity in self._packed
 
 
 @dataclass(frozen=True)
