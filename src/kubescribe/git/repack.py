@@ -23,8 +23,11 @@ from kubescribe.git.pack import write_objects
 _LOOSE_DIR = re.compile(r"^[0-9a-f]{2}$")
 
 
-# From this many packs on, the small ones are merged (git's gc.autoPackLimit is 50).
-PACK_LIMIT = 32
+# From this many packs on, the small ones are merged. Lower than git's gc.autoPackLimit (50):
+# libgit2 rescans the pack folder (a stat per pack) for every object it writes that it does
+# not find, so the count sets the cost of each commit (2,000 commits: 0.31 s with one pack,
+# 0.40 s with 8, 0.77 s with 32).
+PACK_LIMIT = 8
 
 
 @dataclass(frozen=True)

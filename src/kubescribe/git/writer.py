@@ -84,8 +84,7 @@ class Writer:
         self.log = logger
         self.repo: GitRepository | None = None
         self.pending: PendingObjects | None = None
-        self.packs = 0  # on disk, counted at open and on each flush
-        self.tidy_at = PACK_LIMIT
+        self.tidy_at = PACK_LIMIT  # packs on disk (of every branch sharing the cache)
         self.signer: CommitSigner | None = None  # set from the event loop
         self.tip: pygit2.Oid | None = None
         self.tip_known = False
@@ -100,7 +99,6 @@ class Writer:
         if repo is None:
             repo = self.repo = GitRepository(self.url, self.cache_dir, self.callbacks)
             self.pending = PendingObjects(repo.repo)
-            self.packs = pack_count(repo.repo)
         repo.repo.signer = self.signer
         return repo
 
@@ -224,9 +222,8 @@ class Writer:
 
     def _flush(self) -> None:
         """The build's objects to disk as one pack: the push reads them from there."""
-        if self.pending is not None and self.pending.flush():
-            self.packs += 1
-            self._packs_gauge.set(self.packs)
+        if self.pending is not None:
+            self.pending.flush()
 
     def _discard(self) -> None:
         if self.pending is not None:
@@ -234,24 +231,28 @@ class Writer:
 
     def _tidy(self) -> None:
         """Merge or repack the cache's packs once they pile up (never during a build)."""
-        if self.repo is None or self.packs < self.tidy_at:
+        if self.repo is None:
             return
         repo = self.repo
+        packs = pack_count(repo.repo)
+        self._packs_gauge.set(packs)
+        if packs < self.tidy_at:
+            return
         started = time.perf_counter()
         try:
             with repo.cache_lock.exclusive():
                 result = tidy(repo.repo)
         except OSError as exc:  # a full disk: the cache stays as it was, and still works
-            self.tidy_at = self.packs + PACK_LIMIT
-            self.log.warning("cache tidy failed", error=str(exc))
+            self.tidy_at = packs + PACK_LIMIT
+            self.log.warning("cache.tidy_failed", error=str(exc))
             return
         finally:
             self._drop_repo()  # open afresh: this instance maps removed packs
-        self.packs, self.tidy_at = 1, PACK_LIMIT
-        self._packs_gauge.set(self.packs)
+        self.tidy_at = PACK_LIMIT
+        self._packs_gauge.set(1 if result.kind == "repack" else 2)
         metrics.REPACKS.inc()
         self.log.info(
-            "cache tidied",
+            "cache.tidied",
             kind=result.kind,
             objects=result.objects,
             packs_removed=result.packs_removed,
