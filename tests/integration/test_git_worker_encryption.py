@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kubescribe.controller.encryption import REENCRYPT_FAILED, SopsRenderer
+from kubescribe.api.conditions import REENCRYPT_FAILED
+from kubescribe.controller.encryption import SopsRenderer
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.mirror.changes import Operation, PruneMode
 from kubescribe.secrets.age import generate_identity

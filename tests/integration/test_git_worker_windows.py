@@ -11,15 +11,10 @@ from typing import Any
 import pytest
 
 from kubescribe import metrics
+from kubescribe.api.conditions import NOTHING_TO_COMMIT, PUSHED, TARGET_NOT_WRITABLE, WORKER_STOPPED
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.git.targets import PlainRenderer, RefusedContent, TargetConfig, WriteReport
-from kubescribe.git.windowing import (
-    NOTHING_TO_COMMIT,
-    PUSHED,
-    TARGET_NOT_WRITABLE,
-    WORKER_STOPPED,
-    RequestOutcome,
-)
+from kubescribe.git.windowing import RequestOutcome
 from kubescribe.git.worker import BranchWorker
 from kubescribe.mirror.authors import UNRESOLVED, AttributionMode, Author, ObjectEvent
 from kubescribe.mirror.changes import Change, Cursor, Operation, PruneMode, Snapshot, TargetKey

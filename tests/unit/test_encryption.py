@@ -20,11 +20,10 @@ import pytest
 import yaml
 from cryptography.exceptions import InvalidTag
 
+from kubescribe.api.conditions import ENCRYPTION_FAILED, ENCRYPTION_MISSING
 from kubescribe.api.models import SensitiveType
 from kubescribe.controller.desired import Plan
 from kubescribe.controller.encryption import (
-    ENCRYPTION_FAILED,
-    ENCRYPTION_MISSING,
     Resolution,
     SopsRenderer,
     _resyncs,

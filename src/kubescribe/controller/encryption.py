@@ -72,13 +72,6 @@ GENERATED_KEY = "identity.agekey"
 BACKUP_ANNOTATION = "kubescribe.io/backup"
 BACKUP_NOTE = "Back up this age key: without it the encrypted files in Git cannot be decrypted"
 
-# Refusal reasons (stable: they label the refused-documents metric).
-ENCRYPTION_MISSING = c.ENCRYPTION_MISSING
-ENCRYPTION_FAILED = "EncryptionFailed"
-REENCRYPT_FAILED = "ReencryptFailed"
-# EncryptionConfigured reasons besides the shared ones.
-SECRET_UNAVAILABLE = "SecretUnavailable"
-
 _MEMO_KEY = os.urandom(32)
 _MEMO_LIMIT = 100_000
 
@@ -108,7 +101,7 @@ class SopsRenderer:
         identities: Sequence[str] = (),
         rules: Rules = DEFAULT_RULES,
         layout: Layout | None = None,
-        refusal: tuple[str, str] = (ENCRYPTION_MISSING, "no encryption is configured"),
+        refusal: tuple[str, str] = (c.ENCRYPTION_MISSING, "no encryption is configured"),
         memo: dict[bytes, bytes] | None = None,
         clock: Callable[[], datetime] = _now,
     ) -> None:
@@ -156,7 +149,7 @@ class SopsRenderer:
         try:
             rule = type_rule.rule_for(doc)
         except PolicyError as err:
-            raise RefusedContent(ENCRYPTION_FAILED, f"{what} not written: {err}") from None
+            raise RefusedContent(c.ENCRYPTION_FAILED, f"{what} not written: {err}") from None
         digest = b""
         if not self._identities:
             digest = self._digest(doc, rule.setting)
@@ -173,7 +166,7 @@ class SopsRenderer:
                 identities=self._identities,
             )
         except SopsError as err:  # messages name paths, never values
-            raise RefusedContent(ENCRYPTION_FAILED, f"{what} not written: {err}") from None
+            raise RefusedContent(c.ENCRYPTION_FAILED, f"{what} not written: {err}") from None
         if digest:
             if len(self._memo) >= _MEMO_LIMIT:
                 self._memo.clear()
@@ -232,7 +225,7 @@ class SopsRenderer:
                 plain = decrypt_document(data, self._identities, own_keys=own_keys)
             except ForeignKeyError:
                 raise RefusedContent(
-                    REENCRYPT_FAILED,
+                    c.REENCRYPT_FAILED,
                     f"{what} not re-encrypted: its data key is not the operator's (the file was"
                     " written by someone else); the next change of the object rewrites it",
                 ) from None
@@ -244,7 +237,7 @@ class SopsRenderer:
                 own_keys=self._own_keys(identity, self.recipients),
             )
         except (SopsError, ValueError) as err:
-            raise RefusedContent(REENCRYPT_FAILED, f"{what} not re-encrypted: {err}") from None
+            raise RefusedContent(c.REENCRYPT_FAILED, f"{what} not re-encrypted: {err}") from None
 
 
 def _sha(data: bytes) -> bytes:
@@ -352,7 +345,7 @@ class EncryptionResolver:
             except _Unavailable as exc:
                 if old is not None and old.usable:
                     continue  # keep writing with what was read last time
-                new = self._failed(target, SECRET_UNAVAILABLE, str(exc))
+                new = self._failed(target, c.SECRET_UNAVAILABLE, str(exc))
             except Exception:
                 log.exception("encryption.resolve_failed", target=str(key))
                 continue
@@ -380,7 +373,7 @@ class EncryptionResolver:
         recipients += [age.recipient_of(i) for i in identities]
         recipients = list(dict.fromkeys(recipients))
         if not recipients:  # the CRD's CEL rules prevent this; never write without any
-            return self._failed(target, ENCRYPTION_MISSING, "spec.encryption names no recipient")
+            return self._failed(target, c.ENCRYPTION_MISSING, "spec.encryption names no recipient")
         renderer = SopsRenderer(
             recipients=recipients,
             identities=identities,
@@ -486,11 +479,14 @@ def _sensitive_streams(plan: Plan, key: TargetKey, rules: Rules) -> list[str]:
 
 def _unconfigured(target: TargetPlan, plan: Plan) -> Resolution:
     message = "spec.encryption is not set: Secrets are not written to Git"
-    renderer = SopsRenderer(refusal=(ENCRYPTION_MISSING, message), layout=target.layout)
+    renderer = SopsRenderer(refusal=(c.ENCRYPTION_MISSING, message), layout=target.layout)
     cond = None
     if _sensitive_streams(plan, target.key, DEFAULT_RULES):
         cond = Cond(
-            c.ENCRYPTION_CONFIGURED, "False", ENCRYPTION_MISSING, f"Watching Secrets but {message}"
+            c.ENCRYPTION_CONFIGURED,
+            "False",
+            c.ENCRYPTION_MISSING,
+            f"Watching Secrets but {message}",
         )
     return Resolution(renderer, cond, False)
 

@@ -617,7 +617,7 @@ class Manager:
             domain = [Cond(c.VALIDATED, "False", r.problem.reason, r.problem.message)]
         elif r.target and not self.plan.targets[r.target].writable:
             domain = [
-                Cond(c.VALIDATED, "True", "TargetNotReady", f"GitTarget {r.target} is not ready")
+                Cond(c.VALIDATED, "True", c.TARGET_NOT_READY, f"GitTarget {r.target} is not ready")
             ]
         else:
             domain = [Cond(c.VALIDATED, "True", c.VALIDATED, "Rules resolved")]

@@ -62,7 +62,7 @@ from kubescribe.git.credentials import (
     remote_callbacks,
     write_host_key_preferences,
 )
-from kubescribe.git.probe import URL_REFUSED, RemoteProbe, Verdict, probe_remote, use_home
+from kubescribe.git.probe import RemoteProbe, Verdict, probe_remote, use_home
 from kubescribe.git.repo import CommitSigner, MissingSigner
 from kubescribe.git.signing import SigningKey
 from kubescribe.git.targets import WriteReport
@@ -70,17 +70,6 @@ from kubescribe.git.worker import BranchWorker
 from kubescribe.kube.client import ApiError, KubeClient
 
 log = structlog.get_logger(__name__)
-
-READABLE = "Readable"
-WRITABLE = "Writable"
-SIGNING_KEY_LOADED = "SigningKeyLoaded"
-
-KNOWN_HOSTS_NOT_FOUND = c.KNOWN_HOSTS_NOT_FOUND
-INVALID_CREDENTIALS = c.INVALID_CREDENTIALS
-SIGNING_KEY_MISSING = c.SIGNING_KEY_MISSING
-SIGNING_KEY_INVALID = c.SIGNING_KEY_INVALID
-CREDENTIALS_UNAVAILABLE = "CredentialsUnavailable"  # the API server could not be asked
-PROBING = "Probing"
 
 SIGNING_PUBLIC_KEY = "signing.pub"
 BACKUP_ANNOTATION = "kubescribe.io/backup"
@@ -106,8 +95,8 @@ class Evidence:
     at: float = 0.0
 
 
-NOT_PROBED = Evidence("Unknown", PROBING, "Not probed yet")
-NOT_READ = Verdict("Unknown", PROBING, "Not probed yet")
+NOT_PROBED = Evidence("Unknown", c.PROBING, "Not probed yet")
+NOT_READ = Verdict("Unknown", c.PROBING, "Not probed yet")
 
 
 def combine(current: Evidence, new: Evidence) -> Evidence:
@@ -130,7 +119,7 @@ def push_evidence(current: Evidence, report: WriteReport, now: float) -> Evidenc
     if pushed_at is None or pushed_at <= current.at or current.status == "True":
         return current
     commit = f" ({report.commit[:12]})" if report.commit else ""
-    return Evidence("True", WRITABLE, f"The last push was accepted{commit}", "push", pushed_at)
+    return Evidence("True", c.WRITABLE, f"The last push was accepted{commit}", "push", pushed_at)
 
 
 # --- what was read from the cluster --------------------------------------------------------
@@ -268,13 +257,15 @@ class Providers:
             return None
         sources = state.sources
         if sources is None:
-            return Problem(CREDENTIALS_UNAVAILABLE, state.unavailable or "credentials not read yet")
+            return Problem(
+                c.CREDENTIALS_UNAVAILABLE, state.unavailable or "credentials not read yet"
+            )
         if sources.problem is not None:
             return sources.problem
         if sources.signing_problem is not None:
             return sources.signing_problem
-        if state.readable.reason == URL_REFUSED:
-            return Problem(URL_REFUSED, state.readable.message)
+        if state.readable.reason == c.URL_REFUSED:
+            return Problem(c.URL_REFUSED, state.readable.message)
         return None
 
     # -- branch workers ----------------------------------------------------------------------
@@ -354,16 +345,16 @@ class Providers:
         problem = sources.problem if sources is not None else None
         if sources is None:
             problem = Problem(
-                CREDENTIALS_UNAVAILABLE, state.unavailable or "credentials not read yet"
+                c.CREDENTIALS_UNAVAILABLE, state.unavailable or "credentials not read yet"
             )
         if problem is not None:
-            readable = Cond(READABLE, "False", problem.reason, problem.message)
-            writable = Cond(WRITABLE, "Unknown", problem.reason, "Not probed: no credentials")
+            readable = Cond(c.READABLE, "False", problem.reason, problem.message)
+            writable = Cond(c.WRITABLE, "Unknown", problem.reason, "Not probed: no credentials")
         else:
             verdict = state.readable
-            readable = Cond(READABLE, verdict.status, verdict.reason, verdict.message)
+            readable = Cond(c.READABLE, verdict.status, verdict.reason, verdict.message)
             evidence = state.writable
-            writable = Cond(WRITABLE, evidence.status, evidence.reason, evidence.message)
+            writable = Cond(c.WRITABLE, evidence.status, evidence.reason, evidence.message)
         domain.append(readable)
         if state.spec.signing is not None:
             domain.append(_signing_condition(state.spec.signing, sources))
@@ -398,8 +389,8 @@ class Providers:
         state.probe_due = True
         if not first:
             # New credentials: what was proven about the old ones no longer holds.
-            state.readable = Verdict("Unknown", PROBING, "Credentials changed; probing again")
-            state.writable = Evidence("Unknown", PROBING, "Credentials changed; probing again")
+            state.readable = Verdict("Unknown", c.PROBING, "Credentials changed; probing again")
+            state.writable = Evidence("Unknown", c.PROBING, "Credentials changed; probing again")
         log.info(
             "provider.sources_read",
             provider=_name(state.key),
@@ -427,8 +418,8 @@ class Providers:
         except Exception as exc:  # a bug, not a verdict on the remote
             log.exception("provider.probe_failed", provider=_name(state.key))
             result = RemoteProbe(
-                Verdict("Unknown", "ProbeFailed", f"The probe failed: {type(exc).__name__}"),
-                Verdict("Unknown", "ProbeFailed", "Not probed"),
+                Verdict("Unknown", c.PROBE_FAILED, f"The probe failed: {type(exc).__name__}"),
+                Verdict("Unknown", c.PROBE_FAILED, "Not probed"),
             )
         finally:
             state.probing = None
@@ -508,7 +499,7 @@ class Providers:
             if known_hosts is None and problem is None:
                 where = f"{ref.kind} {ref.name!r}"
                 problem = Problem(
-                    KNOWN_HOSTS_NOT_FOUND,
+                    c.KNOWN_HOSTS_NOT_FOUND,
                     f"{where} (spec.knownHostsRef) not found"
                     if obj is None
                     else f"{where} (spec.knownHostsRef) has no key {ref.key!r}",
@@ -518,7 +509,7 @@ class Providers:
             try:
                 creds = Credentials.from_secret_data(data, known_hosts=known_hosts)
             except InvalidCredentials as exc:
-                problem = Problem(INVALID_CREDENTIALS, f"Secret {_ref_name(spec)}: {exc}")
+                problem = Problem(c.INVALID_CREDENTIALS, f"Secret {_ref_name(spec)}: {exc}")
         signer, signing_problem = None, None
         if spec.signing is not None:
             signer, signing_problem, version = await self._signing_key(
@@ -545,7 +536,7 @@ class Providers:
                 return (
                     None,
                     Problem(
-                        SIGNING_KEY_MISSING,
+                        c.SIGNING_KEY_MISSING,
                         f"{where} (spec.signing) not found; commits are not written unsigned",
                     ),
                     version,
@@ -553,7 +544,7 @@ class Providers:
             if secret is not None and not created_by_kubescribe(secret):
                 return (
                     None,
-                    Problem(SIGNING_KEY_MISSING, not_ours_message(name, f"key {data_key!r}")),
+                    Problem(c.SIGNING_KEY_MISSING, not_ours_message(name, f"key {data_key!r}")),
                     version,
                 )
             return await self._generate(namespace, spec, secret)
@@ -563,7 +554,7 @@ class Providers:
             return (
                 None,
                 Problem(
-                    SIGNING_KEY_INVALID,
+                    c.SIGNING_KEY_INVALID,
                     f"key {data_key!r} of Secret {name!r} (spec.signing) is not an unencrypted"
                     " ed25519 private key in OpenSSH format",
                 ),
@@ -620,15 +611,15 @@ class Providers:
 
 def _signing_condition(spec: SigningSpec, sources: Sources | None) -> Cond:
     if sources is None:
-        return Cond(SIGNING_KEY_LOADED, "Unknown", PROBING, "Signing key not read yet")
+        return Cond(c.SIGNING_KEY_LOADED, "Unknown", c.PROBING, "Signing key not read yet")
     if sources.signing_problem is not None:
         problem = sources.signing_problem
-        return Cond(SIGNING_KEY_LOADED, "False", problem.reason, problem.message)
+        return Cond(c.SIGNING_KEY_LOADED, "False", problem.reason, problem.message)
     assert sources.signer is not None
     return Cond(
-        SIGNING_KEY_LOADED,
+        c.SIGNING_KEY_LOADED,
         "True",
-        SIGNING_KEY_LOADED,
+        c.SIGNING_KEY_LOADED,
         f"Signing commits with {sources.signer.fingerprint} "
         f"(Secret {spec.secret_ref.name!r}, key {spec.key!r})",
     )

@@ -52,6 +52,8 @@ from cryptography.x509 import verification
 from pygit2.enums import CredentialType
 from pygit2.ffi import ffi
 
+from kubescribe.api import conditions as c
+
 SSH_KEY_NAMES = ("ssh-privatekey", "identity", "sshPrivateKey")
 PASSPHRASE_NAMES = ("passphrase", "ssh-passphrase")
 TOKEN_USERNAME = "x-access-token"
@@ -69,15 +71,15 @@ _MAX_HOST_KEY = 16384
 class GitFailure(StrEnum):
     """Why a fetch or push failed; values are stable condition reasons."""
 
-    AUTHENTICATION_FAILED = "AuthenticationFailed"
-    HOST_KEY_UNKNOWN = "HostKeyUnknown"
-    HOST_KEY_MISMATCH = "HostKeyMismatch"
-    CERTIFICATE_UNTRUSTED = "CertificateUntrusted"
-    REMOTE_UNREACHABLE = "RemoteUnreachable"
-    REPOSITORY_NOT_FOUND = "RepositoryNotFound"
-    PERMISSION_DENIED = "PermissionDenied"
-    REDIRECT_REFUSED = "RedirectRefused"
-    TRANSFER_FAILED = "TransferFailed"
+    AUTHENTICATION_FAILED = c.AUTHENTICATION_FAILED
+    HOST_KEY_UNKNOWN = c.HOST_KEY_UNKNOWN
+    HOST_KEY_MISMATCH = c.HOST_KEY_MISMATCH
+    CERTIFICATE_UNTRUSTED = c.CERTIFICATE_UNTRUSTED
+    REMOTE_UNREACHABLE = c.REMOTE_UNREACHABLE
+    REPOSITORY_NOT_FOUND = c.REPOSITORY_NOT_FOUND
+    PERMISSION_DENIED = c.PERMISSION_DENIED
+    REDIRECT_REFUSED = c.REDIRECT_REFUSED
+    TRANSFER_FAILED = c.TRANSFER_FAILED
 
 
 class TransportRefused(pygit2.GitError):

@@ -21,6 +21,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import pygit2
 from pygit2.enums import FetchPrune
 
+from kubescribe.api import conditions as c
 from kubescribe.git.credentials import (
     Credentials,
     GitCallbacks,
@@ -29,7 +30,7 @@ from kubescribe.git.credentials import (
     refuse_offsite_redirects,
     remote_callbacks,
 )
-from kubescribe.git.urlpolicy import URL_REFUSED, UrlRefused, check_transfer
+from kubescribe.git.urlpolicy import UrlRefused, check_transfer
 
 CallbacksFactory = Callable[[], pygit2.RemoteCallbacks]
 
@@ -64,7 +65,7 @@ class PushRejected(RemoteError):
     """The remote refused the update because it moved (not a fast-forward): fetch, rebuild
     from cluster state and push again."""
 
-    default_reason = "PushRejected"
+    default_reason = c.PUSH_REJECTED
 
 
 class PushDenied(RemoteError):
@@ -84,7 +85,7 @@ class RemoteUnavailable(RemoteError):
 class SigningUnavailable(Exception):
     """Commits must be signed and the key is not available: nothing is committed."""
 
-    reason = "SigningKeyMissing"
+    reason = c.SIGNING_KEY_MISSING
 
 
 class CommitSigner(Protocol):
@@ -349,7 +350,7 @@ class GitRepository:
             check_transfer(self.url)
         except UrlRefused as refused:
             raise RemoteUnavailable(
-                f"{what} refused: {refused.message} ({refused.reason})", URL_REFUSED
+                f"{what} refused: {refused.message} ({refused.reason})", c.URL_REFUSED
             ) from None
 
     def _classify(
