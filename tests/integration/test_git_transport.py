@@ -19,13 +19,10 @@ from kubescribe.devenv.gitremote import BareRemote
 from kubescribe.devenv.httpgit import HttpsGitServer, missing_binaries
 from kubescribe.devenv.pki import CertificateAuthority
 from kubescribe.devenv.sshgit import SshGitServer, sshd_binary
-from kubescribe.git.credentials import (
-    Credentials,
-    GitFailure,
-    classify_git_error,
-    remote_callbacks,
-    write_host_key_preferences,
-)
+from kubescribe.git.transport.callbacks import remote_callbacks
+from kubescribe.git.transport.errors import GitFailure, classify_git_error
+from kubescribe.git.transport.known_hosts import write_host_key_preferences
+from kubescribe.git.transport.secret import Credentials
 
 PrivateKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
@@ -412,7 +409,8 @@ def test_https_system_trust_is_used_without_a_secret_ca(
     bundle.write_bytes(https_server.ca_pem)
     script = (
         "import sys, pygit2\n"
-        "from kubescribe.git.credentials import Credentials, remote_callbacks\n"
+        "from kubescribe.git.transport.callbacks import remote_callbacks\n"
+        "from kubescribe.git.transport.secret import Credentials\n"
         "url, dest, password = sys.argv[1:]\n"
         "data = {'username': b'writer', 'password': password.encode()}\n"
         "creds = Credentials.from_secret_data(data)\n"

@@ -17,10 +17,12 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from kubescribe import metrics
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.sshgit import SshGitServer, sshd_binary
-from kubescribe.git.credentials import Credentials, GitFailure, remote_callbacks
 from kubescribe.git.repo import GitRepository, MissingSigner, RemoteUnavailable
 from kubescribe.git.signing import SigningKey
 from kubescribe.git.targets import Committer, PlainRenderer, TargetConfig, WriteReport
+from kubescribe.git.transport.callbacks import remote_callbacks
+from kubescribe.git.transport.errors import GitFailure
+from kubescribe.git.transport.secret import Credentials
 from kubescribe.git.worker import BranchWorker
 from kubescribe.mirror.changes import Change, Cursor, Operation, PruneMode, TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from kubescribe.devenv.httpgit import HttpsGitServer, missing_binaries
-from kubescribe.git.credentials import Credentials, remote_callbacks
+from kubescribe.git.transport.callbacks import remote_callbacks
+from kubescribe.git.transport.secret import Credentials
 from kubescribe.git.urlpolicy import NetworkPolicy, set_network_policy
 from tests.integration.test_worker_remotes import Harness, path_of, until, upsert
 

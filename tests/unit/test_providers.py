@@ -11,19 +11,13 @@ import pygit2
 import pytest
 
 from kubescribe.controller.desired import Problem, compile_plan, plan_provider
-from kubescribe.controller.providers import (
-    NOT_PROBED,
-    Evidence,
-    Providers,
-    Sources,
-    _State,
-    combine,
-    push_evidence,
-)
-from kubescribe.git.credentials import Credentials
+from kubescribe.controller.provider_evidence import NOT_PROBED, Evidence, combine, push_evidence
+from kubescribe.controller.provider_sources import Sources
+from kubescribe.controller.providers import Providers, _State
 from kubescribe.git.probe import Verdict
 from kubescribe.git.signing import SigningKey
 from kubescribe.git.targets import WriteReport
+from kubescribe.git.transport.secret import Credentials
 from kubescribe.mirror.changes import TargetKey
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY
 

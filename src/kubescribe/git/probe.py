@@ -23,14 +23,10 @@ import pygit2
 from pygit2.ffi import C
 
 from kubescribe.api import conditions as c
-from kubescribe.git.credentials import (
-    Credentials,
-    GitFailure,
-    classify_git_error,
-    refuse_offsite_redirects,
-    remote_callbacks,
-)
 from kubescribe.git.repo import redact
+from kubescribe.git.transport.callbacks import refuse_offsite_redirects, remote_callbacks
+from kubescribe.git.transport.errors import GitFailure, classify_git_error
+from kubescribe.git.transport.secret import Credentials
 from kubescribe.git.urlpolicy import UrlRefused, check_url, resolve_host
 
 __all__ = ["RemoteProbe", "Verdict", "probe_remote", "use_home"]

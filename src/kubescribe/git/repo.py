@@ -22,14 +22,13 @@ import pygit2
 from pygit2.enums import FetchPrune
 
 from kubescribe.api import conditions as c
-from kubescribe.git.credentials import (
-    Credentials,
+from kubescribe.git.transport.callbacks import (
     GitCallbacks,
-    GitFailure,
-    classify_git_error,
     refuse_offsite_redirects,
     remote_callbacks,
 )
+from kubescribe.git.transport.errors import GitFailure, classify_git_error
+from kubescribe.git.transport.secret import Credentials
 from kubescribe.git.urlpolicy import UrlRefused, check_transfer
 
 CallbacksFactory = Callable[[], pygit2.RemoteCallbacks]
