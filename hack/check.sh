@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The fast check for everyday work, in under a minute and without the control plane: ruff, ruff
-# format, mypy (strict on src/), the import contracts, then the unit tests on two workers.
+# format, mypy (strict, on src/ and tests/), the import contracts, then the unit tests on two
+# workers.
 #
 #   bash hack/check.sh               # all of it
 #   bash hack/check.sh --no-tests    # the Python static checks only (hack/lint.sh runs these)

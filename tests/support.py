@@ -6,7 +6,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.operator import OperatorProcess
@@ -15,19 +15,23 @@ T = TypeVar("T")
 
 
 def wait_for(
-    check: Callable[[], T], timeout: float = 30, interval: float = 0.05, what: str = "condition"
+    check: Callable[[], T | Literal[False] | None],
+    timeout: float = 30,
+    interval: float = 0.05,
+    what: str = "condition",
 ) -> T:
     """Poll `check` until it returns a truthy value; fail with the last value after `timeout`."""
     deadline = time.monotonic() + timeout
-    last: Any = None
+    last: object = None
     while time.monotonic() < deadline:
         try:
-            last = check()
+            value = check()
         except Exception as exc:
             last = exc
         else:
-            if last:
-                return last
+            if value:
+                return value
+            last = value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
 

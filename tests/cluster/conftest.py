@@ -7,6 +7,7 @@ its session (about 0.8 GiB; several side by side work)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -246,4 +247,8 @@ def install(cluster: Cluster, image: Image) -> Iterator[Callable[..., Release]]:
     yield run
     for rel in releases:
         cluster.helm("uninstall", rel.name, "-n", NAMESPACE, "--wait", "--timeout=60s", check=False)
-        wait_for(lambda r=rel: not r.pods(terminating=True), timeout=60, what="Pods gone")
+        wait_for(functools.partial(_gone, rel), timeout=60, what="Pods gone")
+
+
+def _gone(release: Release) -> bool:
+    return not release.pods(terminating=True)

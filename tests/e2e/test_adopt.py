@@ -256,6 +256,7 @@ def test_an_adopted_repository_is_edited_in_place_with_minimal_diffs(
     for path, text in files.items():
         remote.commit_foreign(path, text, f"add {path}")
     seeded = remote.tip()
+    assert seeded is not None
     cp.apply(
         manifest(
             configmap("a", ns, {"size": "10", "mode": "fast"}),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import yaml
@@ -23,7 +24,7 @@ def cm_path(namespace: str, name: str, folder: str = "mirror") -> str:
 
 
 def setup_mirror(
-    cp: ControlPlane, ns: str, remote: BareRemote, *rules: dict[str, object], **target_spec: object
+    cp: ControlPlane, ns: str, remote: BareRemote, *rules: dict[str, Any], **target_spec: Any
 ) -> None:
     cp.apply(
         manifest(

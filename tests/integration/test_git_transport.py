@@ -72,7 +72,9 @@ def _commit(repo: pygit2.Repository, message: str) -> pygit2.Oid:
 def _push(repo: pygit2.Repository, url: str, creds: Credentials) -> None:
     refused: list[str] = []
     callbacks = remote_callbacks(creds, url)
-    callbacks.push_update_reference = lambda ref, msg: refused.append(msg) if msg else None  # type: ignore[method-assign]
+    callbacks.push_update_reference = lambda refname, message: (  # type: ignore[method-assign]
+        refused.append(message) if message else None
+    )
     repo.remotes.create_anonymous(url).push(
         ["refs/heads/main:refs/heads/main"], callbacks=callbacks
     )
@@ -200,7 +202,8 @@ def test_ssh_server_with_several_host_key_types(tmp_path: Path) -> None:
             write_host_key_preferences(tmp_path / "libgit2-home", ed25519_only.known_hosts)
             _clone(url, ed25519_only, tmp_path / "c")
         finally:
-            pygit2.settings.homedir = previous
+            if previous is not None:
+                pygit2.settings.homedir = previous
 
 
 def test_ssh_wrong_key_is_authentication_failed(

@@ -388,7 +388,11 @@ async def test_patch_files_are_not_documents_and_a_patched_object_is_not_removed
 ) -> None:
     web = deployment("web", "nginx:1.25", 1)
     web["metadata"] = {"name": "web", "namespace": NS}
-    patch = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}}
+    patch: dict[str, Any] = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web"},
+    }
     patch["metadata"]["namespace"] = NS
     patch["spec"] = {"replicas": 3}
     files = {

@@ -146,7 +146,7 @@ async def make(remote: BareRemote, tmp_path: Path) -> AsyncIterator[Callable[...
 
 
 def closed(reason: str) -> float:
-    return metrics.WINDOWS_CLOSED.labels(reason)._value.get()
+    return float(metrics.WINDOWS_CLOSED.labels(reason)._value.get())
 
 
 def subjects(remote: BareRemote, n: int) -> list[str]:

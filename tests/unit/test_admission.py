@@ -53,7 +53,8 @@ class Resolver:
 
     async def author_of(self, event: ObjectEvent, observed_at: float) -> Author | None:
         self.events.append(event)
-        future = self.answers[event.name] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Author | None] = asyncio.get_running_loop().create_future()
+        self.answers[event.name] = future
         return await future
 
 
