@@ -30,8 +30,7 @@ from kubescribe.devenv.cluster import (
 from kubescribe.devenv.controlplane import REPO_ROOT
 from kubescribe.devenv.gitremote import BareRemote
 from kubescribe.devenv.sshgit import SshGitServer, sshd_binary
-from tests.e2e.mirror_objects import provider, secret, target, watch_rule
-from tests.e2e.test_remotes import keypair
+from tests.manifests import CM_RULE, keypair, provider, secret, target, watch_rule
 from tests.support import manifest, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -130,9 +129,6 @@ class Repo:
             target("mirror", ns, "repo", "mirror", branch=branch),
             watch_rule("rule", ns, "mirror", *(rules or (CM_RULE,))),
         )
-
-
-CM_RULE = {"apiGroups": [""], "resources": ["configmaps"]}
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from kubescribe.devenv.cluster import Cluster
 from kubescribe.devenv.controlplane import REPO_ROOT
 from kubescribe.devenv.gitremote import git
 from tests.cluster.conftest import NAMESPACE, Release, Repo, record
+from tests.manifests import cm_path
 from tests.support import wait_condition, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -25,10 +26,6 @@ def eventually(rel: Release, check: Callable[[], object], what: str, timeout: fl
         wait_for(check, timeout=timeout, what=what)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{rel.logs()}") from None
-
-
-def cm_path(ns: str, name: str) -> str:
-    return f"mirror/{ns}/core/configmaps/{name}.yaml"
 
 
 def can(cluster: Cluster, sa: str, verb: str, resource: str, namespace: str = "") -> bool:
