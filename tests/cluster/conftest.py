@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from kubescribe.devenv.cluster import (
     NODE_IP,
@@ -28,9 +29,9 @@ from kubescribe.devenv.cluster import (
     missing_requirements,
 )
 from kubescribe.devenv.controlplane import REPO_ROOT
-from kubescribe.devenv.gitremote import BareRemote
+from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.sshgit import SshGitServer, sshd_binary
-from tests.manifests import CM_RULE, keypair, provider, secret, target, watch_rule
+from tests.manifests import CM_RULE, cm_path, keypair, provider, secret, target, watch_rule
 from tests.support import manifest, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -248,3 +249,22 @@ def install(cluster: Cluster, image: Image) -> Iterator[Callable[..., Release]]:
 
 def _gone(release: Release) -> bool:
     return not release.pods(terminating=True)
+
+
+def data_of(repo: Repo, ns: str, name: str) -> dict[str, str] | None:
+    try:
+        return dict(yaml.safe_load(repo.remote.read(cm_path(ns, name)))["data"])
+    except Exception:
+        return None
+
+
+def assert_linear_without_empty_commits(repo: Repo) -> list[str]:
+    path = repo.remote.path
+    assert git("rev-list", "--min-parents=2", "main", cwd=path).strip() == ""
+    shas = git("rev-list", "main", cwd=path).split()
+    for sha in shas:
+        parents = git("rev-list", "--parents", "-n1", sha, cwd=path).split()[1:]
+        if parents:
+            changed = git("diff-tree", "--name-only", "-r", parents[0], sha, cwd=path).strip()
+            assert changed, f"commit {sha[:12]} changes nothing"
+    return shas
