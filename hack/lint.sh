@@ -1,23 +1,14 @@
 #!/usr/bin/env bash
-# Every static check, in about a minute and without the control plane: Python lint, format, strict
-# types, import contracts, shell, the Dockerfile, YAML, the Helm chart, and the licences of the
-# locked dependencies.
+# Every static check, in about a minute and without the control plane: the Python checks of
+# hack/check.sh (lint, format, strict types, import contracts), then shell, the Dockerfile, YAML,
+# the Helm chart, and the licences of the locked dependencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=hack/steps.sh
+source hack/steps.sh
+export STEP_PREFIX=lint
 
-step() {
-  local name=$1
-  shift
-  local t0
-  t0=$(date +%s%N)
-  "$@"
-  echo "lint: $name ok in $(( ($(date +%s%N) - t0) / 1000000 )) ms" >&2
-}
-
-step ruff uv run --frozen ruff check src tests bench
-step format uv run --frozen ruff format --check src tests bench
-step mypy uv run --frozen mypy
-step imports uv run --frozen lint-imports
+bash hack/check.sh --no-tests
 step shellcheck shellcheck -x hack/*.sh .ci/run
 step hadolint uv run --frozen hadolint Dockerfile
 step yamllint yamllint -s charts/kubescribe/Chart.yaml charts/kubescribe/values.yaml \

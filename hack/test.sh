@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: install what is missing, run every static check, then every test with
-# line and branch coverage of src/ (a whole run fails below the floor in .ci/coverage-floor).
+# The whole test suite: install what is missing, run every static check (hack/lint.sh, which runs
+# the static part of hack/check.sh), then every test with line and branch coverage of src/ (a whole
+# run fails below the floor in .ci/coverage-floor).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash hack/setup.sh

@@ -1,33 +1,46 @@
-"""Helpers for end-to-end tests: wait on conditions, run the operator as a real process."""
+"""Test harnesses and waiters: wait on conditions (no blind sleeps), run the operator as a real
+process, drive one branch worker."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from kubescribe.devenv.controlplane import ControlPlane
+from kubescribe.devenv.gitremote import BareRemote
 from kubescribe.devenv.operator import OperatorProcess
+from kubescribe.git.targets import TargetConfig, WriteReport
+from kubescribe.git.worker import BranchWorker
+from kubescribe.mirror.changes import Change, Cursor, Snapshot, TargetKey
+from tests.builders import COMMITTER, TARGET
+from tests.manifests import CM_RULE, provider, target, watch_rule
 
 T = TypeVar("T")
 
 
 def wait_for(
-    check: Callable[[], T], timeout: float = 30, interval: float = 0.05, what: str = "condition"
+    check: Callable[[], T | Literal[False] | None],
+    timeout: float = 30,
+    interval: float = 0.05,
+    what: str = "condition",
 ) -> T:
     """Poll `check` until it returns a truthy value; fail with the last value after `timeout`."""
     deadline = time.monotonic() + timeout
-    last: Any = None
+    last: object = None
     while time.monotonic() < deadline:
         try:
-            last = check()
+            value = check()
         except Exception as exc:
             last = exc
         else:
-            if last:
-                return last
+            if value:
+                return value
+            last = value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
 
@@ -65,6 +78,14 @@ def condition(
     return None
 
 
+def condition_state(
+    cp: ControlPlane, kind: str, name: str, namespace: str | None, ctype: str
+) -> tuple[str | None, str | None]:
+    """(status, reason) of condition `ctype`, (None, None) while it is not set."""
+    found = condition(cp, kind, name, namespace, ctype) or {}
+    return found.get("status"), found.get("reason")
+
+
 def manifest(*docs: dict[str, Any]) -> str:
     return "\n---\n".join(json.dumps(d) for d in docs)
 
@@ -88,6 +109,41 @@ def wait_condition(
     return wait_for(check, timeout=timeout, what=f"{kind} {name} {ctype}={status} {reason or ''}")
 
 
+def wait_ready(cp: ControlPlane, ns: str, name: str = "mirror", timeout: float = 30) -> None:
+    """GitTarget `ns/name` is Ready."""
+    wait_for(
+        lambda: (condition(cp, "gittarget", name, ns, "Ready") or {}).get("status") == "True",
+        timeout=timeout,
+        what=f"GitTarget {name} Ready",
+    )
+
+
+def metric(op: Operator, name: str, labels: str = "") -> float:
+    """A counter's value from the operator's /metrics, for exactly `labels` (`a="x",b="y"`);
+    0 when it was never incremented."""
+    pattern = re.compile(
+        rf"^{re.escape(name)}{re.escape('{' + labels + '}' if labels else '')}"
+        r" (\S+)$",
+        re.M,
+    )
+    match = pattern.search(op.metrics())
+    return float(match.group(1)) if match else 0.0
+
+
+def setup_mirror(
+    cp: ControlPlane, ns: str, remote: BareRemote, *rules: dict[str, Any], **target_spec: Any
+) -> None:
+    """A GitProvider `git` for `remote`, a GitTarget `mirror` and a WatchRule `rule` (ConfigMaps
+    unless `rules` say otherwise) in `ns`."""
+    cp.apply(
+        manifest(
+            provider("git", ns, remote.url),
+            target("mirror", ns, "git", "mirror", **target_spec),
+            watch_rule("rule", ns, "mirror", *(rules or (CM_RULE,))),
+        )
+    )
+
+
 def wait_webhook_registered(cp: ControlPlane, name: str = "kubescribe-attribution") -> None:
     """The operator has registered its ValidatingWebhookConfiguration `name`."""
 
@@ -96,3 +152,73 @@ def wait_webhook_registered(cp: ControlPlane, name: str = "kubescribe-attributio
         return done.returncode == 0
 
     wait_for(registered, timeout=30, what=f"ValidatingWebhookConfiguration {name}")
+
+
+async def until(cond: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    """`wait_for` for async tests: poll `cond` on the event loop until it holds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+class WorkerHarness:
+    """One branch worker and everything it reported: write reports, the cursors of each push
+    and, with a `remote`, the files the remote held at each push."""
+
+    def __init__(
+        self,
+        url: str,
+        cache: Path,
+        *,
+        branch: str = "main",
+        remote: BareRemote | None = None,
+        targets: Sequence[TargetConfig] = (),
+        **options: Any,
+    ) -> None:
+        self.remote = remote
+        self.reports: list[WriteReport] = []
+        self.acks: list[list[Cursor]] = []
+        self.files_at_ack: list[set[str]] = []
+        self.worker = BranchWorker(
+            url,
+            branch,
+            cache_dir=cache,
+            committer=COMMITTER,
+            on_report=self.reports.append,
+            on_pushed=self._pushed,
+            **options,
+        )
+        if targets:
+            self.worker.configure(list(targets))
+
+    def _pushed(self, cursors: list[Cursor]) -> None:
+        self.acks.append(cursors)
+        if self.remote is not None:
+            self.files_at_ack.append(set(self.remote.files(self.worker.branch)))
+
+    @property
+    def acked(self) -> set[Cursor]:
+        return {c for batch in self.acks for c in batch}
+
+    async def settle(self, *items: Change | Snapshot) -> None:
+        """Submit and wait until every item is acknowledged or reported on."""
+        before = len(self.reports)
+        for item in items:
+            self.worker.submit(item)
+        await until(
+            lambda: (
+                self.worker.pending == 0
+                and len(self.reports) > before
+                and all(i.cursor in self.acked for i in items)
+            ),
+            "items to be written",
+        )
+
+    async def written(self, *items: Change | Snapshot) -> None:
+        """Wait until every item (already submitted) is pushed."""
+        await until(lambda: all(i.cursor in self.acked for i in items), "items to be pushed")
+
+    def last(self, key: TargetKey = TARGET) -> WriteReport:
+        return [r for r in self.reports if r.target == key][-1]

@@ -14,8 +14,7 @@ from typing import Any
 import click
 import structlog
 
-from kubescribe import __version__
-from kubescribe import logging as klog
+from kubescribe import __version__, logs
 from kubescribe.api.crds import render_crds
 from kubescribe.app import MANAGED_FILES, Sharing, managed_certificates, run_operator
 from kubescribe.controller.certrotation import Policy
@@ -355,7 +354,7 @@ def run(
     **attribution: Any,
 ) -> None:
     """Run the operator until SIGTERM/SIGINT; pending writes are flushed on the way out."""
-    klog.configure(log_level)
+    logs.configure(log_level)
     set_network_policy(NetworkPolicy(deny_private=deny_private_networks))
     for many in ("audit_extra_routes", "webhook_client_cns"):
         attribution[many] = tuple(attribution[many])
@@ -440,7 +439,7 @@ def snapshot(
     selector: str | None,
 ) -> None:
     """Export the selected objects into a Git repository once (brownfield onboarding)."""
-    klog.configure("warning")
+    logs.configure("warning")
     selection = Selection(resources, namespace, selector)
 
     async def export() -> str | None:

@@ -7,6 +7,7 @@ its session (about 0.8 GiB; several side by side work)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from kubescribe.devenv.cluster import (
     NODE_IP,
@@ -27,10 +29,9 @@ from kubescribe.devenv.cluster import (
     missing_requirements,
 )
 from kubescribe.devenv.controlplane import REPO_ROOT
-from kubescribe.devenv.gitremote import BareRemote
+from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.sshgit import SshGitServer, sshd_binary
-from tests.e2e.mirror_objects import provider, secret, target, watch_rule
-from tests.e2e.test_remotes import keypair
+from tests.manifests import CM_RULE, cm_path, keypair, provider, secret, target, watch_rule
 from tests.support import manifest, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -129,9 +130,6 @@ class Repo:
             target("mirror", ns, "repo", "mirror", branch=branch),
             watch_rule("rule", ns, "mirror", *(rules or (CM_RULE,))),
         )
-
-
-CM_RULE = {"apiGroups": [""], "resources": ["configmaps"]}
 
 
 @pytest.fixture
@@ -246,4 +244,27 @@ def install(cluster: Cluster, image: Image) -> Iterator[Callable[..., Release]]:
     yield run
     for rel in releases:
         cluster.helm("uninstall", rel.name, "-n", NAMESPACE, "--wait", "--timeout=60s", check=False)
-        wait_for(lambda r=rel: not r.pods(terminating=True), timeout=60, what="Pods gone")
+        wait_for(functools.partial(_gone, rel), timeout=60, what="Pods gone")
+
+
+def _gone(release: Release) -> bool:
+    return not release.pods(terminating=True)
+
+
+def data_of(repo: Repo, ns: str, name: str) -> dict[str, str] | None:
+    try:
+        return dict(yaml.safe_load(repo.remote.read(cm_path(ns, name)))["data"])
+    except Exception:
+        return None
+
+
+def assert_linear_without_empty_commits(repo: Repo) -> list[str]:
+    path = repo.remote.path
+    assert git("rev-list", "--min-parents=2", "main", cwd=path).strip() == ""
+    shas = git("rev-list", "main", cwd=path).split()
+    for sha in shas:
+        parents = git("rev-list", "--parents", "-n1", sha, cwd=path).split()[1:]
+        if parents:
+            changed = git("diff-tree", "--name-only", "-r", parents[0], sha, cwd=path).strip()
+            assert changed, f"commit {sha[:12]} changes nothing"
+    return shas

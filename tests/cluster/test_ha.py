@@ -14,8 +14,15 @@ import pytest
 
 from kubescribe.devenv.cluster import Cluster
 from kubescribe.devenv.gitremote import git
-from tests.cluster.conftest import NAMESPACE, Release, Repo, record
-from tests.cluster.test_install import assert_linear_without_empty_commits, cm_path, data_of
+from tests.cluster.conftest import (
+    NAMESPACE,
+    Release,
+    Repo,
+    assert_linear_without_empty_commits,
+    data_of,
+    record,
+)
+from tests.manifests import cm_path
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]

@@ -8,12 +8,18 @@ import time
 from collections.abc import Callable
 
 import pytest
-import yaml
 
 from kubescribe.devenv.cluster import Cluster
 from kubescribe.devenv.controlplane import REPO_ROOT
-from kubescribe.devenv.gitremote import git
-from tests.cluster.conftest import NAMESPACE, Release, Repo, record
+from tests.cluster.conftest import (
+    NAMESPACE,
+    Release,
+    Repo,
+    assert_linear_without_empty_commits,
+    data_of,
+    record,
+)
+from tests.manifests import cm_path
 from tests.support import wait_condition, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -25,10 +31,6 @@ def eventually(rel: Release, check: Callable[[], object], what: str, timeout: fl
         wait_for(check, timeout=timeout, what=what)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{rel.logs()}") from None
-
-
-def cm_path(ns: str, name: str) -> str:
-    return f"mirror/{ns}/core/configmaps/{name}.yaml"
 
 
 def can(cluster: Cluster, sa: str, verb: str, resource: str, namespace: str = "") -> bool:
@@ -44,25 +46,6 @@ def can(cluster: Cluster, sa: str, verb: str, resource: str, namespace: str = ""
     }
     done = cluster.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(review))
     return bool(json.loads(done.stdout)["status"].get("allowed"))
-
-
-def data_of(repo: Repo, ns: str, name: str) -> dict[str, str] | None:
-    try:
-        return dict(yaml.safe_load(repo.remote.read(cm_path(ns, name)))["data"])
-    except Exception:
-        return None
-
-
-def assert_linear_without_empty_commits(repo: Repo) -> list[str]:
-    path = repo.remote.path
-    assert git("rev-list", "--min-parents=2", "main", cwd=path).strip() == ""
-    shas = git("rev-list", "main", cwd=path).split()
-    for sha in shas:
-        parents = git("rev-list", "--parents", "-n1", sha, cwd=path).split()[1:]
-        if parents:
-            changed = git("diff-tree", "--name-only", "-r", parents[0], sha, cwd=path).strip()
-            assert changed, f"commit {sha[:12]} changes nothing"
-    return shas
 
 
 def test_install_mirror_upgrade_sigterm_uninstall(

@@ -15,7 +15,7 @@ import pytest
 
 from kubescribe.devenv.cluster import NODE_IP, Cluster
 from tests.cluster.conftest import NAMESPACE, Release, Repo
-from tests.e2e.mirror_objects import commit_request
+from tests.manifests import commit_request
 from tests.support import wait_condition, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]

@@ -10,7 +10,7 @@ import pytest
 from kubescribe.api.crds import render_crds
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.httpgit import HttpsGitServer, missing_binaries
-from tests.e2e.mirror_objects import PASSWORD
+from tests.manifests import PASSWORD
 from tests.support import Operator
 
 pytestmark = pytest.mark.controlplane

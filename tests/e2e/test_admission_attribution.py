@@ -25,12 +25,11 @@ from kubescribe.api.crds import render_crds
 from kubescribe.devenv.controlplane import ControlPlane, free_port
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.pki import webhook_certs
-from tests.e2e.mirror_objects import provider, target, watch_rule
+from tests.manifests import CM_RULE, provider, target, watch_rule
 from tests.support import Operator, manifest, wait_condition, wait_for, wait_webhook_registered
 
 pytestmark = pytest.mark.controlplane
 
-CM_RULE = {"apiGroups": [""], "resources": ["configmaps"]}
 USERS = ("alice", "bob", "carol", "dave")
 TRAILER = "Kubescribe-Author-Source"
 

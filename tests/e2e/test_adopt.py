@@ -13,15 +13,24 @@ import yaml
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.operator import OperatorProcess
-from tests.e2e.mirror_objects import (
+from tests.manifests import (
+    CM_RULE,
     cluster_watch_rule,
+    cm_path,
     configmap,
     provider,
     target,
     watch_rule,
 )
-from tests.e2e.test_mirror import CM_RULE, cm_path, setup_mirror, wait_ready
-from tests.support import Operator, manifest, stays, wait_condition, wait_for
+from tests.support import (
+    Operator,
+    manifest,
+    setup_mirror,
+    stays,
+    wait_condition,
+    wait_for,
+    wait_ready,
+)
 
 pytestmark = pytest.mark.controlplane
 
@@ -256,6 +265,7 @@ def test_an_adopted_repository_is_edited_in_place_with_minimal_diffs(
     for path, text in files.items():
         remote.commit_foreign(path, text, f"add {path}")
     seeded = remote.tip()
+    assert seeded is not None
     cp.apply(
         manifest(
             configmap("a", ns, {"size": "10", "mode": "fast"}),

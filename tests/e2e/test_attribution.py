@@ -21,10 +21,16 @@ from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.pki import CertificateAuthority, KeyPair
 from kubescribe.devenv.redis import RedisServer
 from kubescribe.mirror.authors import UNRESOLVED
-from tests.e2e.mirror_objects import commit_request, configmap, provider, target, watch_rule
-from tests.e2e.test_mirror import CM_RULE, cm_path, wait_ready
-from tests.e2e.test_windows import metric
-from tests.support import Operator, manifest, wait_for, wait_webhook_registered
+from tests.manifests import (
+    CM_RULE,
+    cm_path,
+    commit_request,
+    configmap,
+    provider,
+    target,
+    watch_rule,
+)
+from tests.support import Operator, manifest, metric, wait_for, wait_ready, wait_webhook_registered
 
 pytestmark = pytest.mark.controlplane
 

@@ -18,13 +18,12 @@ from kubescribe.api.crds import render_crds
 from kubescribe.devenv.controlplane import AuditWebhook, ControlPlane, free_port
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.pki import webhook_certs
-from tests.e2e.mirror_objects import provider, secret, target, watch_rule
+from tests.manifests import CM_RULE, provider, secret, target, watch_rule
 from tests.support import Operator, manifest, stays, wait_condition, wait_for
 
 pytestmark = pytest.mark.controlplane
 
 API = "kubescribe.io/v1alpha1"
-CM_RULE = {"apiGroups": [""], "resources": ["configmaps"]}
 
 
 @dataclass

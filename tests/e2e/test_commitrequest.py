@@ -10,9 +10,16 @@ import pytest
 
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote, git
-from tests.e2e.mirror_objects import commit_request, configmap, provider, target, watch_rule
-from tests.e2e.test_mirror import CM_RULE, cm_path, wait_ready
-from tests.support import Operator, manifest, wait_for
+from tests.manifests import (
+    CM_RULE,
+    cm_path,
+    commit_request,
+    configmap,
+    provider,
+    target,
+    watch_rule,
+)
+from tests.support import Operator, manifest, wait_for, wait_ready
 
 pytestmark = pytest.mark.controlplane
 

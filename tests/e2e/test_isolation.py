@@ -11,26 +11,21 @@ import pytest
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote
 from kubescribe.mirror.layout import file_name
-from tests.e2e.mirror_objects import (
+from tests.manifests import (
+    CM_RULE,
     cluster_watch_rule,
     configmap,
     provider,
     target,
     watch_rule,
 )
-from tests.support import Operator, condition, manifest, wait_for
+from tests.support import Operator, condition_state, manifest, wait_for
 
 pytestmark = pytest.mark.controlplane
 
-CM_RULE = {"apiGroups": [""], "resources": ["configmaps"]}
 ROLE_RULE = {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"]}
 # Names the API server accepts for a ClusterRole that spell `.git` on some file system.
 ROLE_NAMES = (".git", "GIT~1", ".gitmodules")
-
-
-def _cond(cp: ControlPlane, ns: str, name: str, ctype: str) -> tuple[Any, Any]:
-    got = condition(cp, "gittarget", name, ns, ctype) or {}
-    return got.get("status"), got.get("reason")
 
 
 def _role(name: str, label: str) -> dict[str, Any]:
@@ -87,13 +82,22 @@ def _check(
     role_files.add(f"ok/{file_name('GIT~1')}/ClusterRole.yaml")
     wait_for(lambda: {ok_file, *role_files} <= set(remote.files()), what="the ok target's files")
     wait_for(
-        lambda: _cond(cp, ns, "blocked", "DocumentsWritten") == ("False", "PathConflict"),
+        lambda: (
+            condition_state(cp, "gittarget", "blocked", ns, "DocumentsWritten")
+            == ("False", "PathConflict")
+        ),
         what="blocked: DocumentsWritten=False (PathConflict)",
     )
-    assert _cond(cp, ns, "blocked", "Ready") == ("False", "PathConflict")
+    assert condition_state(cp, "gittarget", "blocked", ns, "Ready") == ("False", "PathConflict")
     assert remote.read(taken) == "someone's file: true\n"
-    wait_for(lambda: _cond(cp, ns, "ok", "Ready") == ("True", "Ready"), what="ok: Ready")
-    assert _cond(cp, ns, "ok", "DocumentsWritten") == ("True", "DocumentsWritten")
+    wait_for(
+        lambda: condition_state(cp, "gittarget", "ok", ns, "Ready") == ("True", "Ready"),
+        what="ok: Ready",
+    )
+    assert condition_state(cp, "gittarget", "ok", ns, "DocumentsWritten") == (
+        "True",
+        "DocumentsWritten",
+    )
 
     cp.apply(manifest(configmap("later", ns, {"n": "1"})))  # both keep committing
     wait_for(
@@ -105,6 +109,9 @@ def _check(
     )
     cp.kubectl("delete", "configmap", "taken", "-n", ns)  # nothing left that fails
     wait_for(
-        lambda: _cond(cp, ns, "blocked", "DocumentsWritten") == ("True", "DocumentsWritten"),
+        lambda: (
+            condition_state(cp, "gittarget", "blocked", ns, "DocumentsWritten")
+            == ("True", "DocumentsWritten")
+        ),
         what="blocked: DocumentsWritten=True",
     )

@@ -15,7 +15,7 @@ from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote
 from kubescribe.mirror.sanitize import sanitize
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
-from tests.e2e.mirror_objects import provider, target, watch_rule
+from tests.manifests import provider, target, watch_rule
 from tests.support import Operator, condition, manifest, wait_condition, wait_for
 
 pytestmark = pytest.mark.controlplane

@@ -10,36 +10,10 @@ import yaml
 
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote
-from tests.e2e.mirror_objects import configmap, provider, target, watch_rule
-from tests.support import Operator, condition, manifest, wait_for
+from tests.manifests import CM_RULE, cm_path, configmap, provider, target, watch_rule
+from tests.support import Operator, condition, manifest, setup_mirror, wait_for, wait_ready
 
 pytestmark = pytest.mark.controlplane
-
-CM_RULE = {"apiGroups": [""], "resources": ["configmaps"]}
-
-
-def cm_path(namespace: str, name: str, folder: str = "mirror") -> str:
-    return f"{folder}/{namespace}/core/configmaps/{name}.yaml"
-
-
-def setup_mirror(
-    cp: ControlPlane, ns: str, remote: BareRemote, *rules: dict[str, object], **target_spec: object
-) -> None:
-    cp.apply(
-        manifest(
-            provider("git", ns, remote.url),
-            target("mirror", ns, "git", "mirror", **target_spec),
-            watch_rule("rule", ns, "mirror", *(rules or (CM_RULE,))),
-        )
-    )
-
-
-def wait_ready(cp: ControlPlane, ns: str, name: str = "mirror", timeout: float = 30) -> None:
-    wait_for(
-        lambda: (condition(cp, "gittarget", name, ns, "Ready") or {}).get("status") == "True",
-        timeout=timeout,
-        what=f"GitTarget {name} Ready",
-    )
 
 
 def test_backfill_then_one_commit_per_change(

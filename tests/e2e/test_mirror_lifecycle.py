@@ -8,9 +8,16 @@ import pytest
 
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote
-from tests.e2e.mirror_objects import cluster_watch_rule, configmap, provider, target, watch_rule
-from tests.e2e.test_mirror import CM_RULE, cm_path, setup_mirror, wait_ready
-from tests.support import Operator, condition, manifest, stays, wait_for
+from tests.manifests import (
+    CM_RULE,
+    cluster_watch_rule,
+    cm_path,
+    configmap,
+    provider,
+    target,
+    watch_rule,
+)
+from tests.support import Operator, condition, manifest, setup_mirror, stays, wait_for, wait_ready
 
 pytestmark = pytest.mark.controlplane
 

@@ -16,29 +16,29 @@ from typing import Any
 
 import pytest
 import yaml
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.httpgit import HttpsGitServer
 from kubescribe.devenv.sshgit import SshGitServer, sshd_binary
 from kubescribe.git.signing import SigningKey
-from tests.e2e.mirror_objects import (
+from tests.gitsig import allowed_signers, git_verify_commit, ssh_keygen_verify
+from tests.manifests import (
+    CM_RULE,
     PASSWORD,
+    cm_path,
     configmap,
     https_secret,
+    keypair,
     provider,
     secret,
     target,
     watch_rule,
 )
-from tests.gitsig import allowed_signers, git_verify_commit, ssh_keygen_verify
-from tests.support import Operator, condition, manifest, stays, wait_condition, wait_for
+from tests.support import Operator, condition, manifest, metric, stays, wait_condition, wait_for
 
 pytestmark = pytest.mark.controlplane
 
-CM_RULE = {"apiGroups": [""], "resources": ["configmaps"]}
 WRONG_PASSWORD = "not-the-password-7f3a"
 
 
@@ -51,20 +51,6 @@ def ssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshGitServe
         pytest.skip("sshd is not installed (Debian package openssh-server)")
     with SshGitServer(tmp_path_factory.mktemp("sshd")) as server:
         yield server
-
-
-def keypair() -> tuple[str, str]:
-    """(OpenSSH private key text, public key line) of a new ed25519 key."""
-    key = ed25519.Ed25519PrivateKey.generate()
-    private = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.OpenSSH,
-        serialization.NoEncryption(),
-    ).decode()
-    public = key.public_key().public_bytes(
-        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
-    )
-    return private, public.decode()
 
 
 def ssh_secret(name: str, ns: str, private_key: str, known_hosts: str | None) -> dict[str, Any]:
@@ -81,10 +67,6 @@ def mirror_of(provider_name: str, ns: str, url: str, **spec: Any) -> str:
         target("mirror", ns, provider_name, "mirror"),
         watch_rule("rule", ns, "mirror", CM_RULE),
     )
-
-
-def cm_path(ns: str, name: str, folder: str = "mirror") -> str:
-    return f"{folder}/{ns}/core/configmaps/{name}.yaml"
 
 
 def status_of(cp: ControlPlane, kind: str, name: str, ns: str) -> dict[str, Any]:
@@ -147,14 +129,6 @@ def log_events(op: Operator, event: str) -> list[dict[str, Any]]:
         if record.get("event") == event:
             out.append(record)
     return out
-
-
-def metric(op: Operator, name: str) -> float:
-    total = 0.0
-    for line in op.metrics().splitlines():
-        if line.startswith(name):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 # --- transports ---------------------------------------------------------------------------
@@ -557,7 +531,7 @@ def test_two_providers_on_one_repository_share_one_writer(
     assert created == sorted(f"{team}-{i}" for team in "ab" for i in range(per_team))
     tips = only_fast_forwards(repo)
     assert tips[-1] == repo.tip()
-    writers = {(r["repo"], r["branch"]) for r in log_events(op, "pushed")}
+    writers = {(r["repo"], r["branch"]) for r in log_events(op, "writer.pushed")}
     assert len(writers) == 1, writers
 
     # A target of the other provider inside team-a's folder is refused, not raced.
@@ -634,8 +608,8 @@ def test_foreign_pushes_during_a_stream_of_changes_are_all_kept(
         "foreign_commits": len(foreign),
         "foreign_push_retries": foreign_rejected,
         "operator_commits": len(history) - len(foreign) - 1,
-        "operator_pushes_rejected": metric(op, 'kubescribe_pushes_total{result="rejected"}'),
-        "operator_pushes_ok": metric(op, 'kubescribe_pushes_total{result="ok"}'),
+        "operator_pushes_rejected": metric(op, "kubescribe_pushes_total", 'result="rejected"'),
+        "operator_pushes_ok": metric(op, "kubescribe_pushes_total", 'result="ok"'),
         "seconds": round(time.monotonic() - started, 1),
     }
     print(json.dumps({"foreign_pushes_under_load": figures}))

@@ -20,7 +20,7 @@ import yaml
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.redis import RedisServer
-from tests.e2e.mirror_objects import configmap, provider, target, watch_rule
+from tests.manifests import configmap, provider, target, watch_rule
 from tests.support import Operator, manifest, wait_for
 
 pytestmark = pytest.mark.controlplane

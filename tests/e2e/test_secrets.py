@@ -30,14 +30,13 @@ from kubescribe.secrets.age import (
     parse_identities,
     recipient_of,
 )
-from tests.e2e.mirror_objects import configmap, provider, target, watch_rule
-from tests.support import Operator, condition, manifest, wait_for
+from tests.manifests import CM_RULE, configmap, provider, string_secret, target, watch_rule
+from tests.support import Operator, manifest, wait_condition, wait_for
 
 pytestmark = pytest.mark.controlplane
 
 SOPS = shutil.which("sops", path=str(Path(sys.executable).parent))
 SECRET_RULE = {"apiGroups": [""], "resources": ["secrets"]}
-CM_RULE = {"apiGroups": [""], "resources": ["configmaps"]}
 CANARY = "canary-7d1e5a0b-plaintext"
 CANARY_2 = "canary-2c9f44e1-plaintext"
 LABEL_CANARY = "lbl-canary-5b7e03c1"
@@ -45,16 +44,6 @@ LABEL_CANARY = "lbl-canary-5b7e03c1"
 
 def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
-
-
-def secret(name: str, namespace: str, **string_data: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": name, "namespace": namespace},
-        "type": "Opaque",
-        "stringData": string_data,
-    }
 
 
 def key_secret(name: str, namespace: str, identity: str) -> dict[str, Any]:
@@ -108,20 +97,6 @@ def enc_values(data: str) -> dict[str, str]:
     return dict(yaml.safe_load(data)["data"])
 
 
-def cond(cp: ControlPlane, ns: str, ctype: str) -> dict[str, Any]:
-    return condition(cp, "gittarget", "mirror", ns, ctype) or {}
-
-
-def wait_cond(cp: ControlPlane, ns: str, ctype: str, status: str, reason: str) -> dict[str, Any]:
-    def check() -> dict[str, Any] | None:
-        got = cond(cp, ns, ctype)
-        return got if (got.get("status"), got.get("reason")) == (status, reason) else None
-
-    found = wait_for(check, what=f"{ctype}={status} ({reason})")
-    assert found is not None
-    return found
-
-
 def assert_never_in_plaintext(remote: BareRemote, operators: list[Operator], *values: str) -> None:
     """Neither the value nor its base64 form (as Secret data holds it) in any object of the
     remote (every branch, and objects no branch reaches), in the operator's logs and metrics,
@@ -164,7 +139,7 @@ def test_secret_is_encrypted_stable_and_never_in_plaintext(
 ) -> None:
     cp, ns = crds, namespace
     first = operator()
-    db = secret("db", ns, user="app", password=CANARY)
+    db = string_secret("db", ns, user="app", password=CANARY)
     # Tools keep whole manifests in annotations, and checksums of values in labels.
     db["metadata"]["annotations"] = {"tool.example.com/original": json.dumps(db)}
     db["metadata"]["labels"] = {"checksum": LABEL_CANARY}
@@ -186,7 +161,9 @@ def test_secret_is_encrypted_stable_and_never_in_plaintext(
     assert "Back up this age key" in generated["metadata"]["annotations"]["kubescribe.io/backup"]
     key_file = base64.b64decode(generated["data"]["identity.agekey"]).decode()
     [identity] = parse_identities(key_file)
-    wait_cond(cp, ns, "EncryptionConfigured", "True", "EncryptionConfigured")
+    wait_condition(
+        cp, "gittarget", "mirror", ns, "EncryptionConfigured", "True", "EncryptionConfigured"
+    )
     status = cp.get_json("gittarget", "mirror", "-n", ns)["status"]
     assert status["encryption"]["recipients"] == [recipient_of(identity)]
     assert recipient_of(identity) in remote.read("mirror/.sops.yaml")
@@ -223,7 +200,7 @@ def test_secret_is_encrypted_stable_and_never_in_plaintext(
         lambda: "kubescribe_target_documents{target=" in second.metrics(),
         what="first write report after the restart",
     )
-    cp.apply(manifest(secret("marker", ns, m="1")))
+    cp.apply(manifest(string_secret("marker", ns, m="1")))
     wait_for(lambda: secret_path(ns, "marker") in remote.files(), what="marker")
     log = remote.log()
     assert log[1]["sha"] == tip  # the marker's commit is the only one since the restart
@@ -253,12 +230,14 @@ def test_without_encryption_secrets_are_refused_and_the_rest_flows(
     if cursors == "redis":
         extra.append(f"--redis-url={request.getfixturevalue('redis_server').url}")
     op = operator(*extra)
-    cp.apply(manifest(secret("db", ns, password=CANARY), configmap("app", ns, {"k": "v"})))
+    cp.apply(manifest(string_secret("db", ns, password=CANARY), configmap("app", ns, {"k": "v"})))
     setup(cp, ns, remote, SECRET_RULE, CM_RULE)
     wait_for(lambda: f"mirror/{ns}/core/configmaps/app.yaml" in remote.files(), what="ConfigMap")
-    missing = wait_cond(cp, ns, "EncryptionConfigured", "False", "EncryptionMissing")
+    missing = wait_condition(
+        cp, "gittarget", "mirror", ns, "EncryptionConfigured", "False", "EncryptionMissing"
+    )
     assert "spec.encryption is not set" in missing["message"]
-    wait_cond(cp, ns, "Ready", "False", "EncryptionMissing")
+    wait_condition(cp, "gittarget", "mirror", ns, "Ready", "False", "EncryptionMissing")
     wait_for(lambda: refused(op, "EncryptionMissing") >= 1, what="refusal metric")
     assert not [f for f in remote.files() if "/secrets/" in f]
 
@@ -274,7 +253,7 @@ def test_without_encryption_secrets_are_refused_and_the_rest_flows(
         '{"spec":{"encryption":{"ageKeySecretRef":{"name":"age-key"},"generateWhenMissing":true}}}',
     )
     wait_for(lambda: secret_path(ns, "db") in remote.files(), timeout=60, what="Secret written")
-    wait_cond(cp, ns, "Ready", "True", "Ready")
+    wait_condition(cp, "gittarget", "mirror", ns, "Ready", "True", "Ready")
     generated = cp.get_json("secret", "age-key", "-n", ns)
     [identity] = parse_identities(base64.b64decode(generated["data"]["identity.agekey"]).decode())
     plain = sops_decrypt(remote.read(secret_path(ns, "db")), identity, tmp_path)
@@ -295,15 +274,15 @@ def test_adding_a_recipient_reencrypts_existing_documents(
     cp.apply(
         manifest(
             key_secret("age-key", ns, alice),
-            secret("one", ns, token=CANARY),
-            secret("two", ns, token=CANARY_2),
+            string_secret("one", ns, token=CANARY),
+            string_secret("two", ns, token=CANARY_2),
         )
     )
     op = operator()
     setup(cp, ns, remote, SECRET_RULE, encryption={"ageKeySecretRef": {"name": "age-key"}})
     paths = [secret_path(ns, n) for n in ("one", "two", "age-key")]
     wait_for(lambda: set(paths) <= set(remote.files()), what="encrypted Secrets")
-    wait_cond(cp, ns, "Ready", "True", "Ready")
+    wait_condition(cp, "gittarget", "mirror", ns, "Ready", "True", "Ready")
     before = {p: remote.read(p) for p in paths}
     commits = len(remote.log())
 
@@ -387,7 +366,9 @@ def test_a_planted_file_never_chooses_the_data_key(
 ) -> None:
     cp, ns = crds, namespace
     identity, recipient = generate_identity()
-    cp.apply(manifest(key_secret("age-key", ns, identity), secret("db", ns, password=CANARY)))
+    cp.apply(
+        manifest(key_secret("age-key", ns, identity), string_secret("db", ns, password=CANARY))
+    )
     op = operator()
     setup(cp, ns, remote, SECRET_RULE, encryption={"ageKeySecretRef": {"name": "age-key"}})
     path = secret_path(ns, "db")
@@ -395,7 +376,7 @@ def test_a_planted_file_never_chooses_the_data_key(
 
     # A repo writer with no private key plants a file for the operator's public recipient,
     # under a data key sops chose for it (read here with the identity; the writer knows it).
-    fake = secret("db", ns)
+    fake = string_secret("db", ns)
     fake["data"] = {"password": b64("attacker-chosen")}
     del fake["stringData"]
     planted = sops_encrypt(fake, recipient, tmp_path / "attacker")
@@ -422,16 +403,20 @@ def test_missing_key_secret_is_reported_until_it_exists(
 ) -> None:
     cp, ns = crds, namespace
     op = operator()
-    cp.apply(manifest(secret("db", ns, password=CANARY), configmap("app", ns, {"k": "v"})))
+    cp.apply(manifest(string_secret("db", ns, password=CANARY), configmap("app", ns, {"k": "v"})))
     setup(cp, ns, remote, SECRET_RULE, CM_RULE, encryption={"ageKeySecretRef": {"name": "age-key"}})
     wait_for(lambda: f"mirror/{ns}/core/configmaps/app.yaml" in remote.files(), what="ConfigMap")
-    notfound = wait_cond(cp, ns, "EncryptionConfigured", "False", "SecretNotFound")
+    notfound = wait_condition(
+        cp, "gittarget", "mirror", ns, "EncryptionConfigured", "False", "SecretNotFound"
+    )
     assert "age-key" in notfound["message"]
-    wait_cond(cp, ns, "Ready", "False", "SecretNotFound")
+    wait_condition(cp, "gittarget", "mirror", ns, "Ready", "False", "SecretNotFound")
     wait_for(lambda: refused(op, "SecretNotFound") >= 1, what="refusal metric")
 
     cp.apply(manifest(key_secret("age-key", ns, "not an age key")))
-    invalid = wait_cond(cp, ns, "EncryptionConfigured", "False", "InvalidKey")
+    invalid = wait_condition(
+        cp, "gittarget", "mirror", ns, "EncryptionConfigured", "False", "InvalidKey"
+    )
     assert "team.agekey" in invalid["message"]
     assert "not an age key" not in invalid["message"]
 
@@ -441,7 +426,7 @@ def test_missing_key_secret_is_reported_until_it_exists(
     assert sops_decrypt(remote.read(secret_path(ns, "db")), identity, tmp_path)["data"] == {
         "password": b64(CANARY)
     }
-    wait_cond(cp, ns, "Ready", "True", "Ready")
+    wait_condition(cp, "gittarget", "mirror", ns, "Ready", "True", "Ready")
     assert_never_in_plaintext(remote, [op], CANARY, identity)
 
 
@@ -478,7 +463,9 @@ def test_sensitive_type_paths_encrypt_only_those_values(
     assert written["data"]["token"].startswith("ENC[AES256_GCM,")
     assert sops_decrypt(remote.read(path), identity, tmp_path)["data"]["token"] == CANARY
     assert f"mirror/{ns}/core/configmaps/plain.sops.yaml" in remote.files()
-    configured = wait_cond(cp, ns, "EncryptionConfigured", "True", "EncryptionConfigured")
+    configured = wait_condition(
+        cp, "gittarget", "mirror", ns, "EncryptionConfigured", "True", "EncryptionConfigured"
+    )
     assert "holds no age identity" in configured["message"]
     assert CANARY not in git("log", "-p", "--all", cwd=remote.path)
 

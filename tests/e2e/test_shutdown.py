@@ -11,7 +11,7 @@ import pytest
 
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote
-from tests.e2e.mirror_objects import provider, target, watch_rule
+from tests.manifests import provider, target, watch_rule
 from tests.support import Operator, manifest, wait_for
 
 pytestmark = pytest.mark.controlplane

@@ -10,7 +10,7 @@ import pytest
 
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import git
-from tests.e2e.mirror_objects import configmap
+from tests.manifests import configmap
 from tests.support import manifest
 
 pytestmark = pytest.mark.controlplane

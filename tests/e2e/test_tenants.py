@@ -18,7 +18,8 @@ import yaml
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.httpgit import HttpsGitServer
-from tests.e2e.mirror_objects import (
+from tests.manifests import (
+    CM_RULE,
     PASSWORD,
     configmap,
     https_secret,
@@ -31,7 +32,6 @@ from tests.support import Operator, condition, manifest, stays, wait_condition, 
 
 pytestmark = pytest.mark.controlplane
 
-CM_RULE = {"apiGroups": [""], "resources": ["configmaps"]}
 TENANT_ROLE = {
     "apiVersion": "rbac.authorization.k8s.io/v1",
     "kind": "Role",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 
 import pytest
@@ -11,22 +10,10 @@ import pytest
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote
 from kubescribe.mirror.authors import UNRESOLVED
-from tests.e2e.mirror_objects import configmap, provider, target, watch_rule
-from tests.e2e.test_mirror import CM_RULE, cm_path, wait_ready
-from tests.support import Operator, manifest, stays, wait_for
+from tests.manifests import CM_RULE, cm_path, configmap, provider, target, watch_rule
+from tests.support import Operator, manifest, metric, stays, wait_for, wait_ready
 
 pytestmark = pytest.mark.controlplane
-
-
-def metric(op: Operator, name: str, labels: str = "") -> float:
-    """A counter's value from /metrics (0 when it was never incremented)."""
-    pattern = re.compile(
-        rf"^{re.escape(name)}{re.escape('{' + labels + '}' if labels else '')}"
-        r" (\S+)$",
-        re.M,
-    )
-    match = pattern.search(op.metrics())
-    return float(match.group(1)) if match else 0.0
 
 
 def setup(cp: ControlPlane, ns: str, remote: BareRemote, **provider_spec: object) -> None:

@@ -19,13 +19,10 @@ from kubescribe.devenv.gitremote import BareRemote
 from kubescribe.devenv.httpgit import HttpsGitServer, missing_binaries
 from kubescribe.devenv.pki import CertificateAuthority
 from kubescribe.devenv.sshgit import SshGitServer, sshd_binary
-from kubescribe.git.credentials import (
-    Credentials,
-    GitFailure,
-    classify_git_error,
-    remote_callbacks,
-    write_host_key_preferences,
-)
+from kubescribe.git.transport.callbacks import remote_callbacks
+from kubescribe.git.transport.errors import GitFailure, classify_git_error
+from kubescribe.git.transport.known_hosts import write_host_key_preferences
+from kubescribe.git.transport.secret import Credentials
 
 PrivateKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
@@ -75,7 +72,9 @@ def _commit(repo: pygit2.Repository, message: str) -> pygit2.Oid:
 def _push(repo: pygit2.Repository, url: str, creds: Credentials) -> None:
     refused: list[str] = []
     callbacks = remote_callbacks(creds, url)
-    callbacks.push_update_reference = lambda ref, msg: refused.append(msg) if msg else None  # type: ignore[method-assign]
+    callbacks.push_update_reference = lambda refname, message: (  # type: ignore[method-assign]
+        refused.append(message) if message else None
+    )
     repo.remotes.create_anonymous(url).push(
         ["refs/heads/main:refs/heads/main"], callbacks=callbacks
     )
@@ -203,7 +202,8 @@ def test_ssh_server_with_several_host_key_types(tmp_path: Path) -> None:
             write_host_key_preferences(tmp_path / "libgit2-home", ed25519_only.known_hosts)
             _clone(url, ed25519_only, tmp_path / "c")
         finally:
-            pygit2.settings.homedir = previous
+            if previous is not None:
+                pygit2.settings.homedir = previous
 
 
 def test_ssh_wrong_key_is_authentication_failed(
@@ -412,7 +412,8 @@ def test_https_system_trust_is_used_without_a_secret_ca(
     bundle.write_bytes(https_server.ca_pem)
     script = (
         "import sys, pygit2\n"
-        "from kubescribe.git.credentials import Credentials, remote_callbacks\n"
+        "from kubescribe.git.transport.callbacks import remote_callbacks\n"
+        "from kubescribe.git.transport.secret import Credentials\n"
         "url, dest, password = sys.argv[1:]\n"
         "data = {'username': b'writer', 'password': password.encode()}\n"
         "creds = Credentials.from_secret_data(data)\n"

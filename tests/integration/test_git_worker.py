@@ -2,197 +2,47 @@
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pygit2
 import pytest
-import yaml
 
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.git.repo import GitRepository, PushRejected, cache_path
 from kubescribe.git.targets import (
-    Committer,
     PlainRenderer,
     RefusedContent,
     TargetConfig,
-    WriteReport,
 )
 from kubescribe.git.tree import edit_tree
-from kubescribe.git.worker import BranchWorker
-from kubescribe.mirror.changes import Change, Cursor, Operation, PruneMode, Snapshot, TargetKey
+from kubescribe.mirror.changes import Operation, PruneMode, TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.layout import Layout
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
-
-CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True)
-SECRETS = ResourceType("", "v1", "secrets", "Secret", True)
-SERVICES = ResourceType("", "v1", "services", "Service", True)
-TARGET = TargetKey("team", "mirror")
-FOLDER = "clusters/dev"
-COMMITTER = Committer("kubescribe", "kubescribe@example.invalid")
-
-
-def ident(name: str, ns: str = "ns1", rtype: ResourceType = CONFIGMAPS) -> Identity:
-    return Identity(rtype.group, rtype.kind, ns, name)
-
-
-def document(
-    name: str, ns: str = "ns1", rtype: ResourceType = CONFIGMAPS, **data: str
-) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "apiVersion": rtype.api_version,
-        "kind": rtype.kind,
-        "metadata": {"name": name, "namespace": ns},
-    }
-    if data:
-        doc["data"] = data
-    return doc
-
-
-def path_of(
-    name: str, ns: str = "ns1", rtype: ResourceType = CONFIGMAPS, folder: str = FOLDER
-) -> str:
-    return f"{folder}/{ns}/core/{rtype.resource}/{name}.yaml"
-
-
-_versions = itertools.count(1)
-
-
-def cursor() -> Cursor:
-    return Cursor("stream", str(next(_versions)))
-
-
-def upsert(
-    name: str,
-    ns: str = "ns1",
-    rtype: ResourceType = CONFIGMAPS,
-    op: Operation = Operation.CREATE,
-    target: TargetKey = TARGET,
-    **data: str,
-) -> Change:
-    return Change(
-        target,
-        op,
-        ident(name, ns, rtype),
-        rtype,
-        document(name, ns, rtype, **data),
-        time.monotonic(),
-        cursor(),
-    )
-
-
-def delete(name: str, ns: str = "ns1", rtype: ResourceType = CONFIGMAPS) -> Change:
-    return Change(
-        TARGET, Operation.DELETE, ident(name, ns, rtype), rtype, None, time.monotonic(), cursor()
-    )
-
-
-def snapshot(
-    docs: Mapping[Identity, Mapping[str, Any]],
-    ns: str = "ns1",
-    rtype: ResourceType = CONFIGMAPS,
-    deleted: frozenset[Identity] = frozenset(),
-    target: TargetKey = TARGET,
-) -> Snapshot:
-    return Snapshot(target, rtype, ns, docs, time.monotonic(), deleted, cursor())
-
-
-def target(
-    prune: PruneMode = PruneMode.ALWAYS,
-    *,
-    key: TargetKey = TARGET,
-    folder: str = FOLDER,
-    renderer: Any = None,
-    **kw: Any,
-) -> TargetConfig:
-    return TargetConfig(key, folder, Layout(), prune, renderer or PlainRenderer(), **kw)
-
-
-async def until(cond: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
-class Harness:
-    """One worker and everything it reported."""
-
-    def __init__(self, remote: BareRemote, cache: Path, branch: str) -> None:
-        self.remote = remote
-        self.reports: list[WriteReport] = []
-        self.acks: list[list[Cursor]] = []
-        self.files_at_ack: list[set[str]] = []
-        self.worker = BranchWorker(
-            remote.url,
-            branch,
-            cache_dir=cache,
-            committer=COMMITTER,
-            on_report=self.reports.append,
-            on_pushed=self._pushed,
-        )
-
-    def _pushed(self, cursors: list[Cursor]) -> None:
-        self.acks.append(cursors)
-        self.files_at_ack.append(set(self.remote.files(self.worker.branch)))
-
-    @property
-    def acked(self) -> set[Cursor]:
-        return {c for batch in self.acks for c in batch}
-
-    async def settle(self, *items: Change | Snapshot) -> None:
-        """Submit and wait until every item is acknowledged or reported on."""
-        before = len(self.reports)
-        for item in items:
-            self.worker.submit(item)
-        await until(
-            lambda: (
-                self.worker.pending == 0
-                and len(self.reports) > before
-                and all(i.cursor in self.acked for i in items)
-            ),
-            "items to be written",
-        )
-
-    def last(self, key: TargetKey = TARGET) -> WriteReport:
-        return [r for r in self.reports if r.target == key][-1]
-
-
-@pytest.fixture
-async def make(remote: BareRemote, tmp_path: Path) -> AsyncIterator[Callable[..., Harness]]:
-    started: list[Harness] = []
-
-    def factory(
-        *targets: TargetConfig, cache: str = "cache", branch: str = "main", start: bool = True
-    ) -> Harness:
-        h = Harness(remote, tmp_path / cache, branch)
-        h.worker.configure(list(targets) or [target()])
-        if start:
-            h.worker.start()
-        started.append(h)
-        return h
-
-    yield factory
-    for h in started:
-        await h.worker.stop(timeout=5)
-
-
-def read_doc(remote: BareRemote, path: str) -> Any:
-    return yaml.safe_load(remote.read(path))
-
-
-def parents(remote: BareRemote, sha: str) -> list[str]:
-    return git("rev-list", "--parents", "-n", "1", sha, cwd=remote.path).split()[1:]
+from tests.builders import (
+    COMMITTER,
+    FOLDER,
+    SECRETS,
+    SERVICES,
+    TARGET,
+    delete,
+    document,
+    ident,
+    parents,
+    path_of,
+    read_doc,
+    snapshot,
+    target,
+    upsert,
+)
+from tests.support import WorkerHarness, until
 
 
 async def test_create_update_delete_one_commit_each(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     template = (
         "{operation} {kind} {group}/{version} {resource} {namespace} {name} {ref} {target} {path}"
@@ -223,7 +73,7 @@ async def test_create_update_delete_one_commit_each(
     assert report.pushed_at is not None
 
 
-async def test_default_messages(remote: BareRemote, make: Callable[..., Harness]) -> None:
+async def test_default_messages(remote: BareRemote, make: Callable[..., WorkerHarness]) -> None:
     h = make()
     await h.settle(upsert("a"))
     await h.settle(snapshot({ident("b"): document("b")}))
@@ -233,7 +83,7 @@ async def test_default_messages(remote: BareRemote, make: Callable[..., Harness]
     ]
 
 
-async def test_noop_makes_no_commit(remote: BareRemote, make: Callable[..., Harness]) -> None:
+async def test_noop_makes_no_commit(remote: BareRemote, make: Callable[..., WorkerHarness]) -> None:
     h = make()
     await h.settle(upsert("a", k="1"))
     commits = len(remote.log())
@@ -258,7 +108,7 @@ async def test_noop_makes_no_commit(remote: BareRemote, make: Callable[..., Harn
 )
 async def test_snapshot_prune_modes(
     remote: BareRemote,
-    make: Callable[..., Harness],
+    make: Callable[..., WorkerHarness],
     prune: PruneMode,
     left: set[str],
     retained: int,
@@ -289,7 +139,7 @@ async def test_snapshot_prune_modes(
 
 
 async def test_snapshot_of_all_namespaces_sweeps_every_namespace(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make()
     await h.settle(upsert("a", ns="ns1"), upsert("b", ns="ns2"), upsert("svc", rtype=SERVICES))
@@ -298,7 +148,7 @@ async def test_snapshot_of_all_namespaces_sweeps_every_namespace(
 
 
 async def test_live_delete_under_each_prune_mode(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     for prune, kept in (
         (PruneMode.ALWAYS, False),
@@ -314,7 +164,7 @@ async def test_live_delete_under_each_prune_mode(
 
 
 async def test_existing_file_at_custom_path_is_edited_in_place(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     custom = f"{FOLDER}/apps/my-config.yaml"
     hand = (
@@ -332,7 +182,7 @@ async def test_existing_file_at_custom_path_is_edited_in_place(
 
 
 async def test_foreign_commit_is_kept_and_ours_lands_on_top(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make()
     await h.settle(upsert("a"))
@@ -345,7 +195,7 @@ async def test_foreign_commit_is_kept_and_ours_lands_on_top(
 
 
 async def test_unreachable_remote_converges_without_new_changes(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make()
     await h.settle(upsert("a"), upsert("doomed"))
@@ -381,7 +231,7 @@ async def test_unreachable_remote_converges_without_new_changes(
 
 
 async def test_refused_document_is_not_written_and_others_are(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     class NoSecrets(PlainRenderer):
         def render(
@@ -408,7 +258,7 @@ async def test_refused_document_is_not_written_and_others_are(
 
 
 async def test_acknowledged_only_after_the_push(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make()
     items = [upsert(f"cm-{i}") for i in range(5)]
@@ -422,7 +272,7 @@ async def test_acknowledged_only_after_the_push(
 
 
 async def test_restart_with_equal_snapshot_makes_no_commit(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     docs = {ident(f"cm-{i}"): document(f"cm-{i}", k=str(i)) for i in range(20)}
     first = make()
@@ -437,7 +287,7 @@ async def test_restart_with_equal_snapshot_makes_no_commit(
 
 
 async def test_stale_local_cache_is_not_evidence(
-    remote: BareRemote, make: Callable[..., Harness], tmp_path: Path
+    remote: BareRemote, make: Callable[..., WorkerHarness], tmp_path: Path
 ) -> None:
     first = make()
     await first.settle(upsert("a"))
@@ -460,7 +310,7 @@ async def test_stale_local_cache_is_not_evidence(
 
 
 async def test_creates_a_branch_missing_on_the_remote(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     git("symbolic-ref", "HEAD", "refs/heads/none", cwd=remote.path)  # no default branch
     h = make(branch="mirror")
@@ -473,7 +323,7 @@ async def test_creates_a_branch_missing_on_the_remote(
 
 
 async def test_move_between_plain_and_encrypted(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     class FakeSops(PlainRenderer):
         """Stands in for SOPS: marks its output and records what it was given."""
@@ -511,7 +361,9 @@ async def test_move_between_plain_and_encrypted(
     assert set(remote.files()) == {path_of("a")}
 
 
-async def test_path_conflict_is_refused(remote: BareRemote, make: Callable[..., Harness]) -> None:
+async def test_path_conflict_is_refused(
+    remote: BareRemote, make: Callable[..., WorkerHarness]
+) -> None:
     remote.commit_foreign(path_of("a"), "not a kubernetes object: true\n", "Someone's file")
     h = make()
     await h.settle(upsert("a"), upsert("b"))
@@ -520,7 +372,9 @@ async def test_path_conflict_is_refused(remote: BareRemote, make: Callable[..., 
     assert [(r[0], r[1]) for r in h.last().refused] == [(ident("a"), "PathConflict")]
 
 
-async def test_targets_share_a_branch(remote: BareRemote, make: Callable[..., Harness]) -> None:
+async def test_targets_share_a_branch(
+    remote: BareRemote, make: Callable[..., WorkerHarness]
+) -> None:
     other = TargetKey("team", "other")
     h = make(target(), target(key=other, folder="clusters/prod"))
     await h.settle(upsert("a"), upsert("a", target=other))
@@ -532,7 +386,9 @@ async def test_targets_share_a_branch(remote: BareRemote, make: Callable[..., Ha
         h.worker.configure([target(), target(key=other, folder="clusters")])
 
 
-async def test_stop_flushes_the_queue(remote: BareRemote, make: Callable[..., Harness]) -> None:
+async def test_stop_flushes_the_queue(
+    remote: BareRemote, make: Callable[..., WorkerHarness]
+) -> None:
     h = make()
     for i in range(20):
         h.worker.submit(upsert(f"cm-{i}"))
@@ -542,7 +398,7 @@ async def test_stop_flushes_the_queue(remote: BareRemote, make: Callable[..., Ha
 
 
 async def test_ten_thousand_document_snapshot(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     docs = {ident(f"cm-{i:05}"): document(f"cm-{i:05}", k=str(i)) for i in range(10_000)}
     h = make()
@@ -558,7 +414,7 @@ async def test_ten_thousand_document_snapshot(
 
 
 async def test_stop_during_an_outage_gives_up_in_time(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make()
     await h.settle(upsert("a"))
@@ -609,7 +465,7 @@ class _NamedLayout(Layout):
     ids=["dotgit", "ntfs", "hfs", "libgit2-refuses"],
 )
 async def test_an_unwritable_document_turns_only_its_target_red(
-    remote: BareRemote, make: Callable[..., Harness], bad: str
+    remote: BareRemote, make: Callable[..., WorkerHarness], bad: str
 ) -> None:
     """One target's document Git will not store is refused with InvalidPath and stays listed
     as failing; the other target on the branch, and the target's other documents, are
@@ -637,7 +493,7 @@ async def test_an_unwritable_document_turns_only_its_target_red(
 
 
 async def test_a_target_folder_git_refuses_blocks_only_that_target(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     other = TargetKey("team", "other")
     broken = target()
@@ -650,7 +506,7 @@ async def test_a_target_folder_git_refuses_blocks_only_that_target(
 
 
 async def test_a_document_already_at_an_hfs_spelling_of_git_is_edited_in_place(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     """The refusal is about new paths: a file someone committed at a path that only a
     strict server would refuse is still the document's home."""

@@ -14,13 +14,11 @@ from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.git.targets import PlainRenderer
 from kubescribe.mirror.changes import Change, Operation
 from kubescribe.mirror.identity import Identity, ResourceType
-from tests.integration.test_git_worker import (
-    Harness,
+from tests.builders import (
     cursor,
     delete,
     document,
     ident,
-    make,
     parents,
     path_of,
     read_doc,
@@ -28,8 +26,7 @@ from tests.integration.test_git_worker import (
     target,
     upsert,
 )
-
-__all__ = ["make"]
+from tests.support import WorkerHarness
 
 CLUSTERROLES = ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False)
 
@@ -48,7 +45,7 @@ def clusterrole(name: str) -> Change:
 
 
 async def test_every_clone_checks_out_long_and_case_colliding_names(
-    remote: BareRemote, make: Callable[..., Harness], tmp_path: Path
+    remote: BareRemote, make: Callable[..., WorkerHarness], tmp_path: Path
 ) -> None:
     h = make()
     long_name = "x" * 253
@@ -71,7 +68,7 @@ async def test_every_clone_checks_out_long_and_case_colliding_names(
 
 
 async def test_a_new_branch_starts_from_the_default_branch(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     git("symbolic-ref", "HEAD", "refs/heads/main", cwd=remote.path)
     main_tip = remote.tip("main")
@@ -85,7 +82,7 @@ async def test_a_new_branch_starts_from_the_default_branch(
 
 
 async def test_a_new_branch_starts_from_base_branch(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     main_tip = remote.tip("main")
     git("branch", "release", main_tip or "", cwd=remote.path)
@@ -158,7 +155,7 @@ def live() -> dict[Identity, dict[str, object]]:
 
 
 async def test_adopted_files_make_no_commit_and_edits_stay_minimal(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     files = seed(remote)
     tip = remote.tip()
@@ -194,7 +191,7 @@ async def test_adopted_files_make_no_commit_and_edits_stay_minimal(
 
 
 async def test_a_second_document_of_one_identity_is_reported_not_duplicated(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     remote.commit_foreign("clusters/dev/x/1.yaml", YML, "first copy")
     remote.commit_foreign("clusters/dev/x/2.yaml", YML.replace('"1"', '"9"'), "second copy")
@@ -221,7 +218,7 @@ class FakeSops(PlainRenderer):
 
 
 async def test_documents_of_yml_and_multi_document_files_move_to_files_of_their_own_when_encrypted(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     seed(remote)
     h = make(target(renderer=FakeSops()))

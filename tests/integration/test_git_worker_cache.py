@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import os
 import subprocess
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pygit2
@@ -17,33 +17,8 @@ from kubescribe import metrics
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.git.repack import PACK_LIMIT, pack_count
 from kubescribe.git.repo import cache_path
-from kubescribe.git.worker import BranchWorker
-from tests.integration.test_git_worker import (
-    COMMITTER,
-    Harness,
-    path_of,
-    read_doc,
-    target,
-    until,
-    upsert,
-)
-
-
-@pytest.fixture
-async def workers(remote: BareRemote, tmp_path: Path) -> AsyncIterator[Callable[[str], Harness]]:
-    """Started workers of `remote`, one per branch, sharing one cache."""
-    started: list[Harness] = []
-
-    def start(branch: str) -> Harness:
-        h = Harness(remote, tmp_path / "cache", branch)
-        h.worker.configure([target()])
-        h.worker.start()
-        started.append(h)
-        return h
-
-    yield start
-    for h in started:
-        await h.worker.stop(timeout=5)
+from tests.builders import path_of, read_doc, target, upsert
+from tests.support import WorkerHarness, until
 
 
 def cache_objects(remote: BareRemote, tmp_path: Path) -> tuple[int, int]:
@@ -55,10 +30,10 @@ def cache_objects(remote: BareRemote, tmp_path: Path) -> tuple[int, int]:
 
 
 async def test_batches_write_packs_and_the_cache_is_tidied(
-    remote: BareRemote, workers: Callable[[str], Harness], tmp_path: Path
+    remote: BareRemote, make: Callable[..., WorkerHarness], tmp_path: Path
 ) -> None:
     tidied = metrics.REPACKS._value.get()
-    h = workers("main")
+    h = make()
     for i in range(PACK_LIMIT + 3):
         await h.settle(upsert(f"cm{i % 5}", k=str(i)))
     packs, loose = cache_objects(remote, tmp_path)
@@ -72,10 +47,10 @@ async def test_batches_write_packs_and_the_cache_is_tidied(
 
 
 async def test_branches_sharing_a_cache_keep_writing_across_tidies(
-    remote: BareRemote, workers: Callable[[str], Harness], tmp_path: Path
+    remote: BareRemote, make: Callable[..., WorkerHarness], tmp_path: Path
 ) -> None:
-    main = workers("main")
-    other = workers("other")
+    main = make(branch="main")
+    other = make(branch="other")
     for i in range(PACK_LIMIT * 2):
         await main.settle(upsert("a", k=str(i)))
         await other.settle(upsert("b", k=str(i)))
@@ -89,17 +64,7 @@ async def test_branches_sharing_a_cache_keep_writing_across_tidies(
 async def test_producers_wait_for_room_while_the_remote_is_away(
     remote: BareRemote, tmp_path: Path
 ) -> None:
-    h = Harness(remote, tmp_path / "cache", "main")
-    h.worker = BranchWorker(
-        remote.url,
-        "main",
-        cache_dir=tmp_path / "cache",
-        committer=COMMITTER,
-        on_report=h.reports.append,
-        on_pushed=h.acks.append,
-        max_queued=2,
-    )
-    h.worker.configure([target()])
+    h = WorkerHarness(remote.url, tmp_path / "cache", targets=[target()], max_queued=2)
     h.worker.start()
     try:
         away = remote.path.with_name("away.git")
@@ -141,8 +106,7 @@ def fill(path: Path) -> None:
 async def test_a_full_cache_disk_says_so_and_converges_once_space_returns(
     remote: BareRemote, small_disk: Path
 ) -> None:
-    h = Harness(remote, small_disk / "cache", "main")
-    h.worker.configure([target()])
+    h = WorkerHarness(remote.url, small_disk / "cache", targets=[target()])
     h.worker.start()
     try:
         await h.settle(upsert("a"))

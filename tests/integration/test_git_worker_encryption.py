@@ -10,29 +10,19 @@ from typing import Any
 import pytest
 import yaml
 
-from kubescribe.controller.encryption import REENCRYPT_FAILED, SopsRenderer
+from kubescribe.api.conditions import REENCRYPT_FAILED
+from kubescribe.controller.encryption import SopsRenderer
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.mirror.changes import Operation, PruneMode
 from kubescribe.secrets.age import generate_identity
 from kubescribe.secrets.sops import NoMatchingKeyError, decrypt_document, inspect_document
-from tests.integration import test_git_worker
-from tests.integration.test_git_worker import (
-    FOLDER,
-    SECRETS,
-    Harness,
-    delete,
-    ident,
-    path_of,
-    target,
-    until,
-    upsert,
-)
+from tests.builders import FOLDER, SECRETS, delete, ident, path_of, target, upsert
+from tests.support import WorkerHarness, until
 
 ALICE = generate_identity()
 BOB = generate_identity()
 CAROL = generate_identity()
 CONFIG = f"{FOLDER}/.sops.yaml"
-make = test_git_worker.make  # the worker harness fixture
 
 
 def sops(*keys: tuple[str, str], identities: bool = True) -> SopsRenderer:
@@ -55,7 +45,7 @@ def history(remote: BareRemote) -> str:
 
 
 async def test_secrets_are_encrypted_with_a_sops_config_and_stay_stable(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make(target(renderer=sops(ALICE)))
     await h.settle(upsert("db", rtype=SECRETS, password="aHVudGVyMg=="))
@@ -71,7 +61,7 @@ async def test_secrets_are_encrypted_with_a_sops_config_and_stay_stable(
 
 
 async def test_a_recipient_change_reencrypts_every_document_in_one_commit(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make(target(PruneMode.NEVER, renderer=sops(ALICE)))
     await h.settle(
@@ -111,7 +101,7 @@ async def test_a_recipient_change_reencrypts_every_document_in_one_commit(
 
 
 async def test_files_it_cannot_open_are_reported_once_and_left_alone(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make(target(renderer=sops(CAROL)))
     await h.settle(upsert("theirs", rtype=SECRETS, k="MQ=="))
@@ -131,7 +121,7 @@ async def test_files_it_cannot_open_are_reported_once_and_left_alone(
 
 
 async def test_a_sops_config_of_ones_own_is_left_alone(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     own = "creation_rules:\n- age: age1example\n"
     remote.commit_foreign(CONFIG, own, "My own sops rules")
@@ -142,7 +132,7 @@ async def test_a_sops_config_of_ones_own_is_left_alone(
 
 
 async def test_sensitive_types_are_refused_without_recipients_and_others_written(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make(target(renderer=SopsRenderer()))
     await h.settle(upsert("db", rtype=SECRETS, k="c2VjcmV0"), upsert("cm", k="v"))

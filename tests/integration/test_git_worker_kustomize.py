@@ -12,23 +12,16 @@ from typing import Any
 import pytest
 import yaml
 
+from kubescribe.api.conditions import KUSTOMIZE_UNSUPPORTED, RENDER_MISMATCH
 from kubescribe.devenv import kustomize
 from kubescribe.devenv.gitremote import BareRemote
-from kubescribe.git.targets import KUSTOMIZE_UNSUPPORTED, RENDER_MISMATCH, KustomizeConfig
+from kubescribe.git.targets import KustomizeConfig
 from kubescribe.mirror.changes import Change, Operation, PruneMode
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
-from tests.integration import test_git_worker
-from tests.integration.test_git_worker import (
-    CONFIGMAPS,
-    TARGET,
-    Harness,
-    cursor,
-    snapshot,
-    target,
-)
+from tests.builders import CONFIGMAPS, TARGET, cursor, snapshot, target
+from tests.support import WorkerHarness
 
-make = test_git_worker.make  # the worker harness fixture
 DEPLOYMENTS = ResourceType("apps", "v1", "deployments", "Deployment", True)
 FOLDER = "apps"
 NS = "prod"
@@ -128,7 +121,7 @@ def kz_target(**kw: Any) -> Any:
 
 async def test_base_and_overlay_render_the_live_objects_after_every_write(
     remote: BareRemote,
-    make: Callable[..., Harness],
+    make: Callable[..., WorkerHarness],
     kustomize_bin: Path,
 ) -> None:
     seed(remote)
@@ -189,7 +182,7 @@ async def test_base_and_overlay_render_the_live_objects_after_every_write(
 
 async def test_snapshot_of_a_kustomized_folder_makes_no_commit(
     remote: BareRemote,
-    make: Callable[..., Harness],
+    make: Callable[..., WorkerHarness],
     kustomize_bin: Path,
 ) -> None:
     seed(remote)
@@ -212,7 +205,7 @@ configMapGenerator:
 
 async def test_generated_configmap_is_reported_and_not_written(
     remote: BareRemote,
-    make: Callable[..., Harness],
+    make: Callable[..., WorkerHarness],
     kustomize_bin: Path,
 ) -> None:
     remote.commit_foreign(f"{FOLDER}/kustomization.yaml", GENERATOR_KUSTOMIZATION, "gen")
@@ -233,7 +226,7 @@ async def test_generated_configmap_is_reported_and_not_written(
 
 
 async def test_render_check_reports_what_kustomize_renders_differently(
-    remote: BareRemote, make: Callable[..., Harness], kustomize_bin: Path
+    remote: BareRemote, make: Callable[..., WorkerHarness], kustomize_bin: Path
 ) -> None:
     # buildMetadata adds an annotation to every rendered object: the live ones lack it.
     kustomization = "buildMetadata: [originAnnotations]\nresources: []\n"
@@ -259,7 +252,7 @@ async def test_render_check_reports_what_kustomize_renders_differently(
 
 
 async def test_object_of_a_multi_document_file_is_edited_in_its_document(
-    remote: BareRemote, make: Callable[..., Harness], kustomize_bin: Path
+    remote: BareRemote, make: Callable[..., WorkerHarness], kustomize_bin: Path
 ) -> None:
     both = "\n---\n".join(
         yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}})
@@ -291,7 +284,7 @@ async def test_object_of_a_multi_document_file_is_edited_in_its_document(
 
 
 async def test_write_unsupported_writes_a_plain_unlisted_file(
-    remote: BareRemote, make: Callable[..., Harness], kustomize_bin: Path
+    remote: BareRemote, make: Callable[..., WorkerHarness], kustomize_bin: Path
 ) -> None:
     remote.commit_foreign(f"{FOLDER}/kustomization.yaml", GENERATOR_KUSTOMIZATION, "gen")
     remote.commit_foreign(
@@ -327,7 +320,7 @@ resources:
 
 
 async def test_labels_and_annotations_the_kustomization_sets_stay_out_of_the_files(
-    remote: BareRemote, make: Callable[..., Harness], kustomize_bin: Path
+    remote: BareRemote, make: Callable[..., WorkerHarness], kustomize_bin: Path
 ) -> None:
     settings = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}}
     web = deployment("web", "nginx:1.25", 1)
@@ -383,11 +376,15 @@ patches:
 
 
 async def test_patch_files_are_not_documents_and_a_patched_object_is_not_removed(
-    remote: BareRemote, make: Callable[..., Harness], kustomize_bin: Path
+    remote: BareRemote, make: Callable[..., WorkerHarness], kustomize_bin: Path
 ) -> None:
     web = deployment("web", "nginx:1.25", 1)
     web["metadata"] = {"name": "web", "namespace": NS}
-    patch = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}}
+    patch: dict[str, Any] = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web"},
+    }
     patch["metadata"]["namespace"] = NS
     patch["spec"] = {"replicas": 3}
     files = {
@@ -414,7 +411,7 @@ async def test_patch_files_are_not_documents_and_a_patched_object_is_not_removed
 
 
 async def test_a_document_of_a_multi_document_file_is_found_through_the_namespace(
-    remote: BareRemote, make: Callable[..., Harness], kustomize_bin: Path
+    remote: BareRemote, make: Callable[..., WorkerHarness], kustomize_bin: Path
 ) -> None:
     both = "\n---\n".join(
         yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}})

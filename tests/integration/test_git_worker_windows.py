@@ -11,32 +11,18 @@ from typing import Any
 import pytest
 
 from kubescribe import metrics
+from kubescribe.api.conditions import NOTHING_TO_COMMIT, PUSHED, TARGET_NOT_WRITABLE, WORKER_STOPPED
 from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.git.targets import PlainRenderer, RefusedContent, TargetConfig, WriteReport
-from kubescribe.git.windowing import (
-    NOTHING_TO_COMMIT,
-    PUSHED,
-    TARGET_NOT_WRITABLE,
-    WORKER_STOPPED,
-    RequestOutcome,
-)
+from kubescribe.git.targets import PlainRenderer, RefusedContent, TargetConfig
+from kubescribe.git.windowing import RequestOutcome
 from kubescribe.git.worker import BranchWorker
 from kubescribe.mirror.authors import UNRESOLVED, AttributionMode, Author, ObjectEvent
-from kubescribe.mirror.changes import Change, Cursor, Operation, PruneMode, Snapshot, TargetKey
+from kubescribe.mirror.changes import Change, Operation, PruneMode, TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.layout import Layout
 from kubescribe.mirror.window import WindowPolicy
-from tests.integration.test_git_worker import (
-    COMMITTER,
-    FOLDER,
-    TARGET,
-    document,
-    ident,
-    path_of,
-    snapshot,
-    until,
-    upsert,
-)
+from tests.builders import COMMITTER, FOLDER, TARGET, document, ident, path_of, snapshot, upsert
+from tests.support import WorkerHarness, until
 
 OTHER = TargetKey("team", "other")
 ALICE = Author("alice", "alice@example.invalid")
@@ -106,40 +92,20 @@ class Resolver:
         return await self._future(event.name)
 
 
-class Harness:
-    def __init__(
-        self, remote: BareRemote, cache: Path, resolver: Resolver | None, max_rebuilds: int
-    ) -> None:
-        self.remote = remote
-        self.reports: list[WriteReport] = []
-        self.acks: list[list[Cursor]] = []
-        self.worker = BranchWorker(
-            remote.url,
-            "main",
-            cache_dir=cache,
-            committer=COMMITTER,
-            on_report=self.reports.append,
-            on_pushed=self.acks.append,
-            resolver=resolver,
-            max_rebuilds=max_rebuilds,
-        )
-
-    @property
-    def acked(self) -> set[Cursor]:
-        return {c for batch in self.acks for c in batch}
-
-    async def written(self, *items: Change | Snapshot) -> None:
-        await until(lambda: all(i.cursor in self.acked for i in items), "items to be pushed")
-
-
 @pytest.fixture
-async def make(remote: BareRemote, tmp_path: Path) -> AsyncIterator[Callable[..., Harness]]:
-    started: list[Harness] = []
+async def make(remote: BareRemote, tmp_path: Path) -> AsyncIterator[Callable[..., WorkerHarness]]:
+    """Workers with a cache each, commit windows (`config()`) and optionally a resolver."""
+    started: list[WorkerHarness] = []
 
     def factory(
         *targets: TargetConfig, resolver: Resolver | None = None, max_rebuilds: int = 5
-    ) -> Harness:
-        h = Harness(remote, tmp_path / f"cache{len(started)}", resolver, max_rebuilds)
+    ) -> WorkerHarness:
+        h = WorkerHarness(
+            remote.url,
+            tmp_path / f"cache{len(started)}",
+            resolver=resolver,
+            max_rebuilds=max_rebuilds,
+        )
         h.worker.configure(list(targets) or [config()])
         h.worker.start()
         started.append(h)
@@ -151,7 +117,7 @@ async def make(remote: BareRemote, tmp_path: Path) -> AsyncIterator[Callable[...
 
 
 def closed(reason: str) -> float:
-    return metrics.WINDOWS_CLOSED.labels(reason)._value.get()
+    return float(metrics.WINDOWS_CLOSED.labels(reason)._value.get())
 
 
 def subjects(remote: BareRemote, n: int) -> list[str]:
@@ -159,7 +125,7 @@ def subjects(remote: BareRemote, n: int) -> list[str]:
 
 
 async def test_a_burst_in_the_window_is_one_commit_and_one_push(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make(config(window=WindowPolicy(0.3)))
     commits, silence = len(remote.log()), closed("silence")
@@ -188,7 +154,7 @@ async def test_a_burst_in_the_window_is_one_commit_and_one_push(
 
 
 async def test_an_open_window_holds_back_only_its_own_target(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make(config(), config(OTHER, "other", window=WindowPolicy(0)))
     shutdown = closed("shutdown")
@@ -209,7 +175,7 @@ async def test_an_open_window_holds_back_only_its_own_target(
 
 
 async def test_authors_split_windows_and_become_commit_authors(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make(config(attribution=ATTRIBUTED))
     author_closed = closed("author")
@@ -241,7 +207,7 @@ async def test_authors_split_windows_and_become_commit_authors(
 
 
 async def test_configured_author_ignores_actors(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make(config(window=WindowPolicy(0)))
     item = by(ALICE, upsert("a"))
@@ -252,7 +218,7 @@ async def test_configured_author_ignores_actors(
 
 
 async def test_authors_resolve_concurrently_in_order_per_target(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     resolver = Resolver()
     h = make(
@@ -280,7 +246,7 @@ async def test_authors_resolve_concurrently_in_order_per_target(
 
 
 async def test_a_snapshot_closes_the_window_and_is_the_committers(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make(config(attribution=ATTRIBUTED))
     change = by(ALICE, upsert("a", k="old"))
@@ -299,7 +265,7 @@ async def test_a_snapshot_closes_the_window_and_is_the_committers(
 
 
 async def test_the_size_cap_splits_a_window(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make(config(window=WindowPolicy(60, max_changes=2)))
     items = [upsert(f"c{i}") for i in range(5)]
@@ -316,7 +282,7 @@ async def test_the_size_cap_splits_a_window(
 
 
 async def test_setting_the_window_to_zero_closes_it(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make(config())
     items = [upsert("a"), upsert("b")]
@@ -330,7 +296,7 @@ async def test_setting_the_window_to_zero_closes_it(
 
 
 async def test_request_closes_the_window_with_its_message(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make()
     items = [upsert("a"), upsert("b", ns="ns2")]
@@ -351,7 +317,7 @@ async def test_request_closes_the_window_with_its_message(
 
 
 async def test_request_with_nothing_open_has_nothing_to_commit(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make()
     handle = h.worker.hold(TARGET, None)
@@ -363,7 +329,7 @@ async def test_request_with_nothing_open_has_nothing_to_commit(
 
 
 async def test_request_never_closes_another_authors_window(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make(config(attribution=ATTRIBUTED))
     h.worker.submit(by(BOB, upsert("bobs")))
@@ -378,7 +344,7 @@ async def test_request_never_closes_another_authors_window(
 
 
 async def test_a_held_request_groups_changes_even_with_window_zero(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make(config(window=WindowPolicy(0)))
     handle = h.worker.hold(TARGET, None)
@@ -395,7 +361,7 @@ async def test_a_held_request_groups_changes_even_with_window_zero(
 
 
 async def test_request_fails_when_its_target_is_no_longer_written(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make(config(), config(OTHER, "other"))
     handle = h.worker.hold(TARGET, None)
@@ -420,7 +386,7 @@ class Refusing(PlainRenderer):
 
 
 async def test_request_with_refused_documents_fails_with_the_reason(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make(config(renderer=Refusing()))
     handle = h.worker.hold(TARGET, None)
@@ -433,7 +399,7 @@ async def test_request_with_refused_documents_fails_with_the_reason(
 
 
 async def test_request_sha_is_the_rebuilt_commit_after_a_rejected_push(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make(config(window=WindowPolicy(0)))
     first = upsert("first")
@@ -472,7 +438,7 @@ async def test_windows_use_the_clock_they_are_given(remote: BareRemote, tmp_path
 
 
 async def test_a_stopped_worker_ends_the_requests_it_could_not_push(
-    remote: BareRemote, make: Callable[..., Harness]
+    remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:
     h = make()
     first = upsert("first")

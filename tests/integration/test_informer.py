@@ -127,7 +127,7 @@ async def test_forbidden_is_reported_and_clears_once_granted(
     client = await KubeClient.connect(controlplane.user_kubeconfig(user))
     rec = Recorder()
     changes: list[str | None] = []
-    informer: Informer | None = None
+    informer: Informer[dict[str, Any]] | None = None
 
     def on_access() -> None:
         assert informer is not None
@@ -159,7 +159,7 @@ async def test_forbidden_is_reported_and_clears_once_granted(
 
 
 def restarts(reason: str) -> float:
-    return metrics.WATCH_RESTARTS.labels(CM.gvr, reason)._value.get()
+    return float(metrics.WATCH_RESTARTS.labels(CM.gvr, reason)._value.get())
 
 
 async def test_an_idle_stream_is_restarted_on_time_never_counted_dead(

@@ -3,100 +3,39 @@ a real bare remote, signatures checked by `git verify-commit` and `ssh-keygen -Y
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import itertools
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from kubescribe import metrics
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.sshgit import SshGitServer, sshd_binary
-from kubescribe.git.credentials import Credentials, GitFailure, remote_callbacks
 from kubescribe.git.repo import GitRepository, MissingSigner, RemoteUnavailable
 from kubescribe.git.signing import SigningKey
-from kubescribe.git.targets import Committer, PlainRenderer, TargetConfig, WriteReport
-from kubescribe.git.worker import BranchWorker
-from kubescribe.mirror.changes import Change, Cursor, Operation, PruneMode, TargetKey
-from kubescribe.mirror.identity import Identity, ResourceType
-from kubescribe.mirror.layout import Layout
+from kubescribe.git.transport.callbacks import remote_callbacks
+from kubescribe.git.transport.errors import GitFailure
+from kubescribe.git.transport.secret import Credentials
+from tests.builders import path_of, target, upsert
 from tests.gitsig import allowed_signers, git_verify_commit, ssh_keygen_verify
-
-CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True)
-TARGET = TargetKey("team", "mirror")
-COMMITTER = Committer("kubescribe", "kubescribe@example.invalid")
-_versions = itertools.count(1)
-
-
-def upsert(name: str, value: str = "1") -> Change:
-    doc = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": "ns1"},
-        "data": {"k": value},
-    }
-    return Change(
-        TARGET,
-        Operation.CREATE,
-        Identity("", "ConfigMap", "ns1", name),
-        CONFIGMAPS,
-        doc,
-        time.monotonic(),
-        Cursor("stream", str(next(_versions))),
-    )
-
-
-def path_of(name: str) -> str:
-    return f"mirror/ns1/core/configmaps/{name}.yaml"
-
-
-async def until(cond: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
-class Harness:
-    def __init__(self, url: str, cache: Path, callbacks: Callable[[], object] | None) -> None:
-        self.reports: list[WriteReport] = []
-        self.acked: list[Cursor] = []
-        self.worker = BranchWorker(
-            url,
-            "main",
-            cache_dir=cache,
-            committer=COMMITTER,
-            on_report=self.reports.append,
-            on_pushed=self.acked.extend,
-            callbacks=callbacks,  # type: ignore[arg-type]
-        )
-        self.worker.configure(
-            [TargetConfig(TARGET, "mirror", Layout(), PruneMode.ALWAYS, PlainRenderer())]
-        )
-
-    def last(self) -> WriteReport | None:
-        return self.reports[-1] if self.reports else None
+from tests.manifests import keypair
+from tests.support import WorkerHarness, until
 
 
 @pytest.fixture
-async def harnesses() -> AsyncIterator[list[Harness]]:
-    started: list[Harness] = []
+async def harnesses() -> AsyncIterator[list[WorkerHarness]]:
+    started: list[WorkerHarness] = []
     yield started
     for h in started:
         await h.worker.stop(timeout=5)
 
 
 async def test_every_worker_commit_is_signed_and_verifies(
-    remote: BareRemote, tmp_path: Path, harnesses: list[Harness]
+    remote: BareRemote, tmp_path: Path, harnesses: list[WorkerHarness]
 ) -> None:
     key = SigningKey.generate()
-    h = Harness(remote.url, tmp_path / "cache", None)
+    h = WorkerHarness(remote.url, tmp_path / "cache", targets=[target()])
     h.worker.set_signer(key)
     h.worker.start()
     harnesses.append(h)
@@ -114,21 +53,20 @@ async def test_every_worker_commit_is_signed_and_verifies(
 
 
 async def test_missing_signer_commits_nothing_and_says_why(
-    remote: BareRemote, tmp_path: Path, harnesses: list[Harness]
+    remote: BareRemote, tmp_path: Path, harnesses: list[WorkerHarness]
 ) -> None:
-    h = Harness(remote.url, tmp_path / "cache", None)
+    h = WorkerHarness(remote.url, tmp_path / "cache", targets=[target()])
     h.worker.set_signer(MissingSigner("the signing key Secret 'sign' is missing"))
     h.worker.start()
     harnesses.append(h)
     before = remote.tip()
     h.worker.submit(upsert("a"))
-    await until(lambda: h.last() is not None, "a report")
+    await until(lambda: bool(h.reports), "a report")
     report = h.last()
-    assert report is not None
     assert (report.ok, report.reason) == (False, "SigningKeyMissing")
     assert "'sign' is missing" in report.message
     assert remote.tip() == before
-    assert h.acked == []
+    assert h.acked == set()
 
     key = SigningKey.generate()
     h.worker.set_signer(key)
@@ -139,19 +77,6 @@ async def test_missing_signer_commits_nothing_and_says_why(
 
 
 # --- SSH -----------------------------------------------------------------------------------
-
-
-def _key() -> tuple[bytes, str]:
-    key = ed25519.Ed25519PrivateKey.generate()
-    private = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.OpenSSH,
-        serialization.NoEncryption(),
-    )
-    public = key.public_key().public_bytes(
-        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
-    )
-    return private, public.decode()
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +90,7 @@ def ssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshGitServe
 def test_repository_without_callbacks_fails_closed_on_ssh(
     ssh_server: SshGitServer, tmp_path: Path
 ) -> None:
-    _, public = _key()
+    _, public = keypair()
     ssh_server.authorize(public)
     repo = ssh_server.create_repo("default-callbacks")
     with pytest.raises(RemoteUnavailable) as info:
@@ -175,9 +100,9 @@ def test_repository_without_callbacks_fails_closed_on_ssh(
 
 
 async def test_declining_hook_is_permission_denied_and_not_rebuilt(
-    ssh_server: SshGitServer, tmp_path: Path, harnesses: list[Harness]
+    ssh_server: SshGitServer, tmp_path: Path, harnesses: list[WorkerHarness]
 ) -> None:
-    private, public = _key()
+    private, public = keypair()
     ssh_server.authorize(public)
     repo = ssh_server.create_repo("protected")
     hook = repo.path / "hooks" / "pre-receive"
@@ -185,24 +110,28 @@ async def test_declining_hook_is_permission_denied_and_not_rebuilt(
     hook.chmod(0o755)
     url = ssh_server.url_for(repo.path.name)
     creds = Credentials.from_secret_data(
-        {"ssh-privatekey": private}, known_hosts=ssh_server.host_key_line
+        {"ssh-privatekey": private.encode()}, known_hosts=ssh_server.host_key_line
     )
     rejected = metrics.PUSHES.labels("rejected")._value.get()
-    h = Harness(url, tmp_path / "cache", functools.partial(remote_callbacks, creds, url))
+    h = WorkerHarness(
+        url,
+        tmp_path / "cache",
+        targets=[target()],
+        callbacks=functools.partial(remote_callbacks, creds, url),
+    )
     h.worker.start()
     harnesses.append(h)
     before = repo.tip()
 
     h.worker.submit(upsert("a"))
-    await until(lambda: h.last() is not None, "a report")
+    await until(lambda: bool(h.reports), "a report")
     report = h.last()
-    assert report is not None
     assert (report.ok, report.reason) == (False, "PermissionDenied")
     assert "hook declined" in report.message
     assert "protected branch" in report.message  # what the server said, passed on
     assert metrics.PUSHES.labels("rejected")._value.get() == rejected  # no rebuild loop
     assert repo.tip() == before
-    assert h.acked == []
+    assert h.acked == set()
 
     hook.unlink()
     h.worker.retry_now()

@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 
 from kubescribe.devenv.httpgit import HttpsGitServer, missing_binaries
-from kubescribe.git.credentials import Credentials, remote_callbacks
+from kubescribe.git.transport.callbacks import remote_callbacks
+from kubescribe.git.transport.secret import Credentials
 from kubescribe.git.urlpolicy import NetworkPolicy, set_network_policy
-from tests.integration.test_worker_remotes import Harness, path_of, until, upsert
+from tests.builders import path_of, target, upsert
+from tests.support import WorkerHarness, until
 
 PASSWORD = "url-policy-password"
 
@@ -33,7 +35,7 @@ def https_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpsGitS
 @pytest.fixture
 async def started(
     https_server: HttpsGitServer, tmp_path: Path, request: pytest.FixtureRequest
-) -> AsyncIterator[tuple[Harness, Any]]:
+) -> AsyncIterator[tuple[WorkerHarness, Any]]:
     """A worker that has pushed once to `https://<host>:<port>/…` (host from the test's
     `host` parameter), and the remote."""
     remote = https_server.create_repo(request.node.name.replace("[", "-").strip("]"))
@@ -41,7 +43,9 @@ async def started(
     creds = Credentials.from_secret_data(
         {"ca.crt": https_server.ca_pem, "username": b"writer", "password": PASSWORD.encode()}
     )
-    h = Harness(url, tmp_path / "cache", lambda: remote_callbacks(creds, url))
+    h = WorkerHarness(
+        url, tmp_path / "cache", targets=[target()], callbacks=lambda: remote_callbacks(creds, url)
+    )
     h.worker.start()
     h.worker.submit(upsert("a"))
     await until(lambda: path_of("a") in remote.files(), "the first push")
@@ -50,12 +54,11 @@ async def started(
     set_network_policy(NetworkPolicy())
 
 
-async def _refused_at_push(h: Harness, remote: Any) -> None:
+async def _refused_at_push(h: WorkerHarness, remote: Any) -> None:
     tip = remote.tip()
     h.worker.submit(upsert("b"))
-    await until(lambda: h.last() is not None and not h.last().ok, "a failed write")  # type: ignore[union-attr]
+    await until(lambda: bool(h.reports) and not h.last().ok, "a failed write")
     report = h.last()
-    assert report is not None
     assert report.reason == "UrlRefused"
     assert report.message.startswith("push refused:")
     assert remote.tip() == tip
@@ -64,7 +67,7 @@ async def _refused_at_push(h: Harness, remote: Any) -> None:
 
 @pytest.mark.parametrize("started", ["localhost"], indirect=True)
 async def test_a_name_rebound_to_the_metadata_address_is_refused_at_push_time(
-    started: tuple[Harness, Any], monkeypatch: pytest.MonkeyPatch
+    started: tuple[WorkerHarness, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """libgit2 still reaches nginx (it resolves on its own); the operator's resolver, asked
     before the push, now answers the metadata address, as a rebinding DNS server would."""
@@ -78,14 +81,14 @@ async def test_a_name_rebound_to_the_metadata_address_is_refused_at_push_time(
 
     monkeypatch.setattr(socket, "getaddrinfo", rebound)
     await _refused_at_push(h, remote)
-    assert "cloud metadata endpoint" in h.last().message  # type: ignore[union-attr]
+    assert "cloud metadata endpoint" in h.last().message
 
 
 @pytest.mark.parametrize("started", ["127.0.0.1"], indirect=True)
 async def test_deny_private_networks_refuses_a_loopback_remote_at_push_time(
-    started: tuple[Harness, Any],
+    started: tuple[WorkerHarness, Any],
 ) -> None:
     h, remote = started
     set_network_policy(NetworkPolicy(deny_private=True))
     await _refused_at_push(h, remote)
-    assert "--deny-private-networks" in h.last().message  # type: ignore[union-attr]
+    assert "--deny-private-networks" in h.last().message

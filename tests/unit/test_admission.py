@@ -6,13 +6,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from kubescribe.git.windowing import (
-    NOTHING_TO_COMMIT,
-    TARGET_NOT_WRITABLE,
-    WORKER_STOPPED,
-    Admission,
-    Group,
-)
+from kubescribe.api.conditions import NOTHING_TO_COMMIT, TARGET_NOT_WRITABLE, WORKER_STOPPED
+from kubescribe.git.windowing import Admission, Group
 from kubescribe.mirror.authors import UNRESOLVED, AttributionMode, Author, ObjectEvent
 from kubescribe.mirror.changes import Change, Cursor, Operation, Snapshot, TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
@@ -58,7 +53,8 @@ class Resolver:
 
     async def author_of(self, event: ObjectEvent, observed_at: float) -> Author | None:
         self.events.append(event)
-        future = self.answers[event.name] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Author | None] = asyncio.get_running_loop().create_future()
+        self.answers[event.name] = future
         return await future
 
 

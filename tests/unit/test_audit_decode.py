@@ -239,7 +239,10 @@ def test_non_event_lists_raise_the_documented_error(body: bytes, message: str) -
 
 
 def test_events_with_fields_over_their_caps_are_skipped_whole() -> None:
-    listed = {"kind": "ConfigMapList", "items": [cm("u-1"), {"metadata": {"uid": "u-2"}}]}
+    listed: dict[str, Any] = {
+        "kind": "ConfigMapList",
+        "items": [cm("u-1"), {"metadata": {"uid": "u-2"}}],
+    }
     listed["items"][1]["metadata"]["name"] = "n" * 254
     ref = {"resource": "configmaps", "namespace": "ns"}
     got = decode(

@@ -20,11 +20,10 @@ import pytest
 import yaml
 from cryptography.exceptions import InvalidTag
 
+from kubescribe.api.conditions import ENCRYPTION_FAILED, ENCRYPTION_MISSING
 from kubescribe.api.models import SensitiveType
 from kubescribe.controller.desired import Plan
 from kubescribe.controller.encryption import (
-    ENCRYPTION_FAILED,
-    ENCRYPTION_MISSING,
     Resolution,
     SopsRenderer,
     _resyncs,
@@ -47,6 +46,7 @@ from kubescribe.secrets.policy import (
     path_regex,
 )
 from kubescribe.secrets.sops import decrypt_document, inspect_document
+from tests import manifests
 
 SOPS = shutil.which("sops", path=str(Path(sys.executable).parent))
 needs_sops = pytest.mark.skipif(SOPS is None, reason="sops binary not found next to python")
@@ -71,13 +71,7 @@ class Clock:
 
 
 def secret(**data: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": "db", "namespace": "demo", "labels": {"app": "db"}},
-        "type": "Opaque",
-        "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
-    }
+    return manifests.secret("db", "demo", data, labels={"app": "db"})
 
 
 def ident(rtype: ResourceType, name: str = "db") -> Identity:

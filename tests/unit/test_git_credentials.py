@@ -15,18 +15,16 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from pygit2.enums import CredentialType
 
 from kubescribe.devenv.pki import CertificateAuthority
-from kubescribe.git.credentials import (
-    TOKEN_USERNAME,
-    Credentials,
+from kubescribe.git.transport.callbacks import remote_callbacks
+from kubescribe.git.transport.errors import (
     GitFailure,
     InvalidCredentials,
     TransportRefused,
-    check_host_key,
     classify_git_error,
-    parse_known_hosts,
     redact,
-    remote_callbacks,
 )
+from kubescribe.git.transport.known_hosts import check_host_key, parse_known_hosts
+from kubescribe.git.transport.secret import TOKEN_USERNAME, Credentials
 
 
 def _ed25519() -> tuple[bytes, str, bytes]:

@@ -11,19 +11,13 @@ import pygit2
 import pytest
 
 from kubescribe.controller.desired import Problem, compile_plan, plan_provider
-from kubescribe.controller.providers import (
-    NOT_PROBED,
-    Evidence,
-    Providers,
-    Sources,
-    _State,
-    combine,
-    push_evidence,
-)
-from kubescribe.git.credentials import Credentials
+from kubescribe.controller.provider_evidence import NOT_PROBED, Evidence, combine, push_evidence
+from kubescribe.controller.provider_sources import Sources
+from kubescribe.controller.providers import Providers, _State
 from kubescribe.git.probe import Verdict
 from kubescribe.git.signing import SigningKey
 from kubescribe.git.targets import WriteReport
+from kubescribe.git.transport.secret import Credentials
 from kubescribe.mirror.changes import TargetKey
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY
 
@@ -210,7 +204,8 @@ def _libgit2_home() -> Iterator[None]:
     """`Providers` points libgit2's (process-wide) home at its cache dir: put it back."""
     previous = pygit2.settings.homedir
     yield
-    pygit2.settings.homedir = previous
+    if previous is not None:
+        pygit2.settings.homedir = previous
 
 
 def providers_with(tmp_path: Path, key: tuple[str, str], spec: Any, sources: Sources | None) -> Any:
@@ -303,7 +298,7 @@ def test_a_writer_never_takes_credentials_or_a_signing_key_from_another_namespac
     worker_key = plan.targets[TargetKey("team-b", "t")].worker_key
     worker = _Worker()
     runtime.callbacks(worker_key, url)
-    runtime.assign(worker_key, [("team-a", "git"), ("team-b", "git")], worker)  # type: ignore[arg-type]
+    runtime.assign(worker_key, [("team-a", "git"), ("team-b", "git")], worker)
     slot = runtime._slots[worker_key]
     assert slot.creds is not creds_a
     assert slot.provider is None

@@ -293,7 +293,7 @@ def test_service_account_token_secrets() -> None:
 def test_job_generated_selector() -> None:
     uid = "9f6b5f0a-aaaa-bbbb-cccc-ddddeeeeffff"
     generated = {"batch.kubernetes.io/controller-uid": uid, "controller-uid": uid}
-    job = {
+    job: dict[str, Any] = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": meta("migrate", labels={"app": "db"}),

@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from kubescribe.controller.encryption import REENCRYPT_FAILED, SopsRenderer
+from kubescribe.api.conditions import REENCRYPT_FAILED
+from kubescribe.controller.encryption import SopsRenderer
 from kubescribe.git.targets import RefusedContent
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.secrets.age import generate_identity, wrap

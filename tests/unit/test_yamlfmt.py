@@ -80,7 +80,16 @@ def test_plain_strings_stay_plain(s: str) -> None:
 
 
 def test_scalars_and_empty_collections() -> None:
-    tree = {"i": 1, "f": 1.5, "big": 1e17, "t": True, "nil": None, "m": {}, "l": [], "s": "x"}
+    tree: dict[str, Any] = {
+        "i": 1,
+        "f": 1.5,
+        "big": 1e17,
+        "t": True,
+        "nil": None,
+        "m": {},
+        "l": [],
+        "s": "x",
+    }
     assert assert_round_trips(tree) == (
         "i: 1\nf: 1.5\nbig: 1.0e+17\nt: true\nnil: null\nm: {}\nl: []\ns: x\n"
     )

@@ -12,12 +12,17 @@ from typing import Any, Final
 
 from kubescribe.api.models import ConditionStatus
 
+# The catalogue: every condition type and reason the operator writes, one line each, defined
+# here only (other modules import them). A new reason is one line in the reasons below, a row in
+# the README's troubleshooting table (tests/unit/test_condition_catalogue.py checks it) and, if
+# only a user can fix it, an entry in STALLED_REASONS.
+
 # kstatus condition types
 READY: Final = "Ready"
 RECONCILING: Final = "Reconciling"
 STALLED: Final = "Stalled"
 
-# domain condition types
+# domain condition types (a True one has its own type as reason, e.g. `Pushed`/`Pushed`)
 VALIDATED: Final = "Validated"
 STREAMS_RUNNING: Final = "StreamsRunning"
 GIT_PATH_ACCEPTED: Final = "GitPathAccepted"
@@ -28,24 +33,81 @@ SOURCE_NAMESPACE_AUTHORIZED: Final = "SourceNamespaceAuthorized"
 SOURCE_CLUSTER_REACHABLE: Final = "SourceClusterReachable"
 AUTHORS_ATTRIBUTED: Final = "AuthorsAttributed"
 RENDER_MATCHES_LIVE: Final = "RenderMatchesLive"
+READABLE: Final = "Readable"  # GitProvider
+WRITABLE: Final = "Writable"  # GitProvider
+SIGNING_KEY_LOADED: Final = "SigningKeyLoaded"  # GitProvider
+AUTHOR_ATTRIBUTED: Final = "AuthorAttributed"  # CommitRequest
 
-# reasons
+CONDITION_TYPES: Final = frozenset(
+    {
+        READY,
+        RECONCILING,
+        STALLED,
+        VALIDATED,
+        STREAMS_RUNNING,
+        GIT_PATH_ACCEPTED,
+        PUSHED,
+        DOCUMENTS_WRITTEN,
+        ENCRYPTION_CONFIGURED,
+        SOURCE_NAMESPACE_AUTHORIZED,
+        SOURCE_CLUSTER_REACHABLE,
+        AUTHORS_ATTRIBUTED,
+        RENDER_MATCHES_LIVE,
+        READABLE,
+        WRITABLE,
+        SIGNING_KEY_LOADED,
+        AUTHOR_ATTRIBUTED,
+    }
+)
+
+# reasons: in progress, or nothing wrong
+OK: Final = "Ok"  # Reconciling or Stalled is False
 PROGRESSING: Final = "Progressing"
-WATCH_FORBIDDEN: Final = "WatchForbidden"
 SUSPENDED: Final = "Suspended"
+PROBING: Final = "Probing"
+CONNECTING: Final = "Connecting"
+WAITING: Final = "Waiting"
+COLLECTING: Final = "Collecting"
+COMMITTING: Final = "Committing"
+NOTHING_TO_COMMIT: Final = "NothingToCommit"
+CONFIGURED_AUTHOR: Final = "ConfiguredAuthor"
+# reasons: the spec and what it refers to (the plan compiler, controller/desired.py)
+INVALID_SPEC: Final = "InvalidSpec"
 PROVIDER_NOT_FOUND: Final = "ProviderNotFound"
+PROVIDER_NOT_READY: Final = "ProviderNotReady"
 TARGET_NOT_FOUND: Final = "TargetNotFound"
+TARGET_NOT_READY: Final = "TargetNotReady"
 SECRET_NOT_FOUND: Final = "SecretNotFound"
 BRANCH_NOT_ALLOWED: Final = "BranchNotAllowed"
 PATH_OVERLAP: Final = "PathOverlap"
 INVALID_TEMPLATE: Final = "InvalidTemplate"
 INVALID_PATH: Final = "InvalidPath"
+INVALID_NOISE: Final = "InvalidNoise"
+NO_MATCHING_RESOURCES: Final = "NoMatchingResources"
+NAMESPACES_NOT_SUPPORTED: Final = "NamespacesNotSupported"
+WATCH_FORBIDDEN: Final = "WatchForbidden"
+SOURCE_NAMESPACE_NOT_AUTHORIZED: Final = "SourceNamespaceNotAuthorized"
+CROSS_NAMESPACE_SOURCES_DISABLED: Final = "CrossNamespaceSourcesDisabled"
+# reasons: encryption (controller/encryption.py) and documents refused by the build
 ENCRYPTION_MISSING: Final = "EncryptionMissing"
+ENCRYPTION_FAILED: Final = "EncryptionFailed"
+REENCRYPT_FAILED: Final = "ReencryptFailed"
+SECRET_UNAVAILABLE: Final = "SecretUnavailable"
 INVALID_KEY: Final = "InvalidKey"
 INVALID_SENSITIVE_TYPE: Final = "InvalidSensitiveType"
+DUPLICATE_IDENTITY: Final = "DuplicateIdentity"  # a second document of one object
+PATH_CONFLICT: Final = "PathConflict"
+RENDER_FAILED: Final = "RenderFailed"
+KUSTOMIZE_UNSUPPORTED: Final = "KustomizeUnsupported"
+RENDER_MISMATCH: Final = "RenderMismatch"
+# reasons: writing and pushing (git/) and Git transport (`git.transport.errors.GitFailure`)
+WRITE_FAILED: Final = "WriteFailed"
+CACHE_UNWRITABLE: Final = "CacheUnwritable"  # the object cache's disk is full or read-only
 REMOTE_UNREACHABLE: Final = "RemoteUnreachable"
 PUSH_REJECTED: Final = "PushRejected"
-# Git transport and GitProvider reasons (values of `git.credentials.GitFailure` and friends).
+TARGET_NOT_WRITABLE: Final = "TargetNotWritable"
+WORKER_STOPPED: Final = "WorkerStopped"
+TRANSFER_FAILED: Final = "TransferFailed"
 AUTHENTICATION_FAILED: Final = "AuthenticationFailed"
 HOST_KEY_UNKNOWN: Final = "HostKeyUnknown"
 HOST_KEY_MISMATCH: Final = "HostKeyMismatch"
@@ -54,21 +116,33 @@ REPOSITORY_NOT_FOUND: Final = "RepositoryNotFound"
 PERMISSION_DENIED: Final = "PermissionDenied"
 URL_REFUSED: Final = "UrlRefused"
 REDIRECT_REFUSED: Final = "RedirectRefused"
+# reasons: GitProvider credentials, probes and signing keys
 INVALID_CREDENTIALS: Final = "InvalidCredentials"
 KNOWN_HOSTS_NOT_FOUND: Final = "KnownHostsNotFound"
+CREDENTIALS_UNAVAILABLE: Final = "CredentialsUnavailable"  # the API server could not be asked
+PROBE_FAILED: Final = "ProbeFailed"
 SIGNING_KEY_MISSING: Final = "SigningKeyMissing"
 SIGNING_KEY_INVALID: Final = "SigningKeyInvalid"
-SOURCE_NAMESPACE_NOT_AUTHORIZED: Final = "SourceNamespaceNotAuthorized"
-CROSS_NAMESPACE_SOURCES_DISABLED: Final = "CrossNamespaceSourcesDisabled"
+# reasons: remote clusters
 CLUSTER_PROVIDER_NOT_FOUND: Final = "ClusterProviderNotFound"
 CLUSTER_NOT_ALLOWED: Final = "ClusterNotAllowed"
 CLUSTER_NOT_READY: Final = "ClusterNotReady"
 CLUSTER_CONFLICT: Final = "ClusterConflict"
+CLUSTER_UNREACHABLE: Final = "ClusterUnreachable"
+KUBECONFIG_NOT_FOUND: Final = "KubeconfigNotFound"
 KUBECONFIG_REFUSED: Final = "KubeconfigRefused"
+# reasons: the operator's webhook certificates (logs and kubescribe_webhook_certificate_errors)
+SECRET_FORBIDDEN: Final = "SecretForbidden"
+SECRET_INVALID: Final = "SecretInvalid"
+WEBHOOK_CONFIGURATION_FORBIDDEN: Final = "WebhookConfigurationForbidden"
+WEBHOOK_CONFIGURATION_UNAVAILABLE: Final = "WebhookConfigurationUnavailable"
+APISERVER_CONFIG_FORBIDDEN: Final = "ApiserverConfigForbidden"
+APISERVER_CONFIG_UNAVAILABLE: Final = "ApiserverConfigUnavailable"
+# reasons: attribution and CommitRequests
 NO_ATTRIBUTION_SOURCE: Final = "NoAttributionSource"
 AUTHORS_UNRESOLVED: Final = "AuthorsUnresolved"
-KUSTOMIZE_UNSUPPORTED: Final = "KustomizeUnsupported"
-RENDER_MISMATCH: Final = "RenderMismatch"
+REQUESTER_UNKNOWN: Final = "RequesterUnknown"
+INTERNAL_ERROR: Final = "InternalError"
 
 STALLED_REASONS: Final = frozenset(
     {
@@ -105,6 +179,19 @@ STALLED_REASONS: Final = frozenset(
     }
 )
 """Reasons that need a change by a user: a False condition with one makes the object Stalled."""
+
+REASONS: Final = frozenset(
+    value
+    for name, value in dict(globals()).items()
+    if name.isupper()
+    and not name.startswith("_")
+    and isinstance(value, str)
+    and value not in CONDITION_TYPES
+)
+"""Every reason of the catalogue: the upper-case string constants above that are not types."""
+
+RENDER_REASONS: Final = frozenset({KUSTOMIZE_UNSUPPORTED, RENDER_MISMATCH})
+"""Refusals the render check reports (`RenderMatchesLive`), not `DocumentsWritten`."""
 
 _KSTATUS = frozenset({READY, RECONCILING, STALLED})
 _REASON = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")

@@ -31,10 +31,6 @@ from kubescribe.kube.discovery import Discovered, discover
 
 log = structlog.get_logger(__name__)
 
-UNREACHABLE = "ClusterUnreachable"
-KUBECONFIG_NOT_FOUND = "KubeconfigNotFound"
-CONNECTING = "Connecting"
-
 
 @dataclass
 class _Cluster:
@@ -44,7 +40,7 @@ class _Cluster:
     secret_version: str = ""
     reachable: Cond = field(
         default_factory=lambda: Cond(
-            c.SOURCE_CLUSTER_REACHABLE, "Unknown", CONNECTING, "Not reached yet"
+            c.SOURCE_CLUSTER_REACHABLE, "Unknown", c.CONNECTING, "Not reached yet"
         )
     )
     server: str = ""
@@ -135,7 +131,7 @@ class ClusterProviders:
                 raise
             except Exception as exc:  # never the end of the loop
                 log.exception("cluster.refresh_failed", cluster=name)
-                self._set(state, "False", UNREACHABLE, f"{type(exc).__name__}")
+                self._set(state, "False", c.CLUSTER_UNREACHABLE, f"{type(exc).__name__}")
             if (state.reachable, state.discovered is not None, state.client) != before:
                 self.on_change()
             await asyncio.sleep(self.interval)
@@ -147,7 +143,7 @@ class ClusterProviders:
         try:
             secret = await self.client.get(f"/api/v1/namespaces/{ref.namespace}/secrets/{ref.name}")
         except ApiError as exc:
-            reason = KUBECONFIG_NOT_FOUND if exc.status == 404 else UNREACHABLE
+            reason = c.KUBECONFIG_NOT_FOUND if exc.status == 404 else c.CLUSTER_UNREACHABLE
             where = "the operator's cluster" if exc.status != 404 else "it"
             self._set(
                 state,
@@ -163,7 +159,7 @@ class ClusterProviders:
                 self._set(
                     state,
                     "False",
-                    KUBECONFIG_NOT_FOUND,
+                    c.KUBECONFIG_NOT_FOUND,
                     f"Secret {ref.namespace}/{ref.name} has no key {ref.key!r}",
                 )
                 return
@@ -191,10 +187,12 @@ class ClusterProviders:
                 state.discovered = await discover(state.client)
                 state.discovered_at = time.monotonic()
         except ApiError as exc:
-            self._set(state, "False", UNREACHABLE, f"{exc.status} {exc.reason}: {exc.message}")
+            self._set(
+                state, "False", c.CLUSTER_UNREACHABLE, f"{exc.status} {exc.reason}: {exc.message}"
+            )
             return
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
-            self._set(state, "False", UNREACHABLE, f"{type(exc).__name__}: {exc}"[:300])
+            self._set(state, "False", c.CLUSTER_UNREACHABLE, f"{type(exc).__name__}: {exc}"[:300])
             return
         state.version = str(info.get("gitVersion", ""))
         self._set(state, "True", c.SOURCE_CLUSTER_REACHABLE, f"Connected to {state.server}")

@@ -37,10 +37,6 @@ from kubescribe.api.models import CommitRequestSpec
 from kubescribe.controller.desired import TargetPlan
 from kubescribe.controller.status import Cond, StatusWriter, build_status
 from kubescribe.git.windowing import (
-    NOTHING_TO_COMMIT,
-    PUSHED,
-    TARGET_NOT_WRITABLE,
-    WORKER_STOPPED,
     RequestHandle,
     RequestOutcome,
 )
@@ -56,16 +52,6 @@ log = structlog.get_logger(__name__)
 
 PLURAL = "commitrequests"
 RTYPE = ResourceType("kubescribe.io", "v1alpha1", PLURAL, "CommitRequest", True)
-
-AUTHOR_ATTRIBUTED = "AuthorAttributed"
-# reasons
-WAITING = "Waiting"
-COLLECTING = "Collecting"
-COMMITTING = "Committing"
-INVALID_SPEC = "InvalidSpec"
-TARGET_NOT_READY = "TargetNotReady"
-CONFIGURED_AUTHOR = "ConfiguredAuthor"
-REQUESTER_UNKNOWN = "RequesterUnknown"
 
 TARGET_GRACE = 10.0  # a bundle may create the target with the request: wait that long
 CATCH_UP_TIMEOUT = 15.0
@@ -101,33 +87,33 @@ class Final:
 
     @property
     def ok(self) -> bool:
-        return self.reason in (PUSHED, NOTHING_TO_COMMIT)
+        return self.reason in (c.PUSHED, c.NOTHING_TO_COMMIT)
 
 
 def attribution_condition(plan: TargetPlan | None, requester: Author | None) -> Cond:
     """Whether the request closes a window of an attributed author (its requester)."""
     provider = plan.provider.spec if plan is not None and plan.provider is not None else None
     if provider is None:
-        return Cond(AUTHOR_ATTRIBUTED, "Unknown", WAITING, "The GitTarget is not known yet")
+        return Cond(c.AUTHOR_ATTRIBUTED, "Unknown", c.WAITING, "The GitTarget is not known yet")
     if provider.attribution.mode != "attributed-author":
         return Cond(
-            AUTHOR_ATTRIBUTED,
+            c.AUTHOR_ATTRIBUTED,
             "False",
-            CONFIGURED_AUTHOR,
+            c.CONFIGURED_AUTHOR,
             "The GitProvider uses configured-author: every window is the committer's",
         )
     if requester is None:
         return Cond(
-            AUTHOR_ATTRIBUTED,
+            c.AUTHOR_ATTRIBUTED,
             "False",
-            REQUESTER_UNKNOWN,
+            c.REQUESTER_UNKNOWN,
             "No admission record names the requester: only a window whose author is"
             " unresolved is closed",
         )
     return Cond(
-        AUTHOR_ATTRIBUTED,
+        c.AUTHOR_ATTRIBUTED,
         "True",
-        AUTHOR_ATTRIBUTED,
+        c.AUTHOR_ATTRIBUTED,
         f"Requested by {requester.name} <{requester.email}>: only their window is closed",
     )
 
@@ -136,26 +122,26 @@ def progress_conditions(reason: str, message: str, attributed: Cond) -> list[Con
     return [
         Cond(c.READY, "Unknown", reason, message),
         Cond(c.RECONCILING, "True", reason, message),
-        Cond(c.STALLED, "False", "Ok", ""),
+        Cond(c.STALLED, "False", c.OK, ""),
         Cond(c.PUSHED, "Unknown", reason, message),
         attributed,
     ]
 
 
 def final_conditions(final: Final, attributed: Cond) -> list[Cond]:
-    if final.reason == PUSHED:
-        ready = Cond(c.READY, "True", PUSHED, final.message)
-        pushed = Cond(c.PUSHED, "True", PUSHED, final.message)
-        stalled = Cond(c.STALLED, "False", "Ok", "")
-    elif final.reason == NOTHING_TO_COMMIT:
-        ready = Cond(c.READY, "True", NOTHING_TO_COMMIT, final.message)
-        pushed = Cond(c.PUSHED, "False", NOTHING_TO_COMMIT, final.message)
-        stalled = Cond(c.STALLED, "False", "Ok", "")
+    if final.reason == c.PUSHED:
+        ready = Cond(c.READY, "True", c.PUSHED, final.message)
+        pushed = Cond(c.PUSHED, "True", c.PUSHED, final.message)
+        stalled = Cond(c.STALLED, "False", c.OK, "")
+    elif final.reason == c.NOTHING_TO_COMMIT:
+        ready = Cond(c.READY, "True", c.NOTHING_TO_COMMIT, final.message)
+        pushed = Cond(c.PUSHED, "False", c.NOTHING_TO_COMMIT, final.message)
+        stalled = Cond(c.STALLED, "False", c.OK, "")
     else:
         ready = Cond(c.READY, "False", final.reason, final.message)
         pushed = Cond(c.PUSHED, "False", final.reason, final.message)
         stalled = Cond(c.STALLED, "True", final.reason, final.message)
-    return [ready, Cond(c.RECONCILING, "False", "Ok", ""), stalled, pushed, attributed]
+    return [ready, Cond(c.RECONCILING, "False", c.OK, ""), stalled, pushed, attributed]
 
 
 def final_extra(final: Final) -> dict[str, Any]:
@@ -264,7 +250,7 @@ class _State:
     obj: dict[str, Any]
     status: dict[str, Any] = field(default_factory=dict)
     attributed: Cond = field(
-        default_factory=lambda: Cond(AUTHOR_ATTRIBUTED, "Unknown", WAITING, "Not known yet")
+        default_factory=lambda: Cond(c.AUTHOR_ATTRIBUTED, "Unknown", c.WAITING, "Not known yet")
     )
     progress: tuple[str, str] | None = None
     progressed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -361,7 +347,7 @@ class CommitRequests:
             raise
         except Exception as exc:  # never leave a request without a word
             log.exception("commitrequest.failed", name=key[1], namespace=key[0])
-            final = Final("InternalError", f"{type(exc).__name__}: {exc}")
+            final = Final(c.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
         metrics.COMMIT_REQUESTS.labels(final.reason).inc()
         log.info(
             "commitrequest.done",
@@ -378,7 +364,7 @@ class CommitRequests:
             spec = CommitRequestSpec.model_validate(state.obj.get("spec") or {})
             delay = parse_duration(spec.collect_delay) if spec.collect_delay else 0.0
         except (ValidationError, ValueError) as exc:
-            return Final(INVALID_SPEC, str(exc).splitlines()[0])
+            return Final(c.INVALID_SPEC, str(exc).splitlines()[0])
         target = TargetKey(key[0], spec.target_ref.name)
         requester = await self._requester(key, str(meta.get("uid") or ""))
         resource_version = str(meta.get("resourceVersion") or "")
@@ -387,14 +373,14 @@ class CommitRequests:
             state.attributed = attribution_condition(access.plan, requester)
             if access.worker is None:
                 reason, message = target_problem(access.plan) or (
-                    TARGET_NOT_READY,
+                    c.TARGET_NOT_READY,
                     f"GitTarget {target} is not written yet",
                 )
                 return Final(reason, message)
             final = await self._commit(
                 access.worker, target, requester, spec.message, delay, resource_version, state
             )
-            if final.reason != WORKER_STOPPED:
+            if final.reason != c.WORKER_STOPPED:
                 return final
             # The target moved to another worker (e.g. its provider changed): start again.
 
@@ -426,7 +412,7 @@ class CommitRequests:
             if not waiting_said:
                 waiting_said = True
                 message = f"Waiting for GitTarget {target}" + (f": {problem[1]}" if problem else "")
-                await self._progress(state, WAITING, message)
+                await self._progress(state, c.WAITING, message)
             await asyncio.sleep(POLL * 2.5)
 
     async def _commit(
@@ -447,7 +433,7 @@ class CommitRequests:
         try:
             await self._progress(
                 state,
-                COLLECTING,
+                c.COLLECTING,
                 f"Collecting changes for GitTarget {target}"
                 + (f" for {delay:g}s" if delay else ""),
             )
@@ -459,7 +445,9 @@ class CommitRequests:
                 caught_up(self.client, streams, resource_version, self.catch_up_timeout),
             )
             future = worker.fire(handle, message)
-            await self._progress(state, COMMITTING, f"Committing the window of GitTarget {target}")
+            await self._progress(
+                state, c.COMMITTING, f"Committing the window of GitTarget {target}"
+            )
             while not future.done():
                 state.progressed.clear()
                 waiter: asyncio.Future[Any] = asyncio.ensure_future(state.progressed.wait())
@@ -491,7 +479,7 @@ class CommitRequests:
 
     def _final(self, target: TargetKey, outcome: RequestOutcome) -> Final:
         reason, message = outcome.reason, outcome.message
-        if reason == TARGET_NOT_WRITABLE:
+        if reason == c.TARGET_NOT_WRITABLE:
             # Say why the target is not written (Suspended, PathOverlap, ...), when known.
             problem = target_problem(self.lookup(target).plan)
             if problem is not None:

@@ -193,7 +193,7 @@ def _generation(obj: Mapping[str, Any]) -> int:
 def _invalid(exc: ValidationError) -> Problem:
     first = exc.errors()[0]
     where = ".".join(str(p) for p in first["loc"])
-    return Problem("InvalidSpec", f"spec.{where}: {first['msg']}")
+    return Problem(c.INVALID_SPEC, f"spec.{where}: {first['msg']}")
 
 
 def plan_provider(obj: Mapping[str, Any], *, allow_file_urls: bool = False) -> ProviderPlan:
@@ -207,15 +207,15 @@ def plan_provider(obj: Mapping[str, Any], *, allow_file_urls: bool = False) -> P
         messages.validate(spec.commit.message.snapshot, messages.SNAPSHOT_FIELDS)
         messages.validate(spec.commit.message.group, messages.GROUP_FIELDS)
     except messages.TemplateError as exc:
-        return ProviderPlan(key, gen, spec, problem=Problem("InvalidTemplate", str(exc)))
+        return ProviderPlan(key, gen, spec, problem=Problem(c.INVALID_TEMPLATE, str(exc)))
     try:
         parse_duration(spec.push.commit_window)
     except ValueError as exc:
-        return ProviderPlan(key, gen, spec, problem=Problem("InvalidSpec", f"spec.push: {exc}"))
+        return ProviderPlan(key, gen, spec, problem=Problem(c.INVALID_SPEC, f"spec.push: {exc}"))
     try:
         check_url(spec.url, allow_file_urls)
     except UrlRefused as refused:  # its message never repeats credentials found in the URL
-        problem = Problem("UrlRefused", f"spec.url: {refused.message} ({refused.reason})")
+        problem = Problem(c.URL_REFUSED, f"spec.url: {refused.message} ({refused.reason})")
         return ProviderPlan(key, gen, spec, problem=problem)
     return ProviderPlan(key, gen, spec, normalized_url=normalize_url(spec.url))
 
@@ -238,15 +238,17 @@ def _plan_target(obj: Mapping[str, Any], providers: Mapping[ObjKey, ProviderPlan
         return TargetPlan(key, gen, None, problem=_invalid(exc))
     provider = providers.get((ns, spec.provider_ref.name))
     if provider is None:
-        problem = Problem("ProviderNotFound", f"GitProvider {spec.provider_ref.name!r} not found")
+        problem = Problem(c.PROVIDER_NOT_FOUND, f"GitProvider {spec.provider_ref.name!r} not found")
         return TargetPlan(key, gen, spec, problem=problem)
     if provider.problem is not None or provider.spec is None:
-        problem = Problem("ProviderNotReady", f"GitProvider {spec.provider_ref.name!r} is invalid")
+        problem = Problem(
+            c.PROVIDER_NOT_READY, f"GitProvider {spec.provider_ref.name!r} is invalid"
+        )
         return TargetPlan(key, gen, spec, provider, problem=problem)
     allowed = provider.spec.allowed_branches
     if not any(fnmatch.fnmatchcase(spec.branch, glob) for glob in allowed):
         problem = Problem(
-            "BranchNotAllowed",
+            c.BRANCH_NOT_ALLOWED,
             f"branch {spec.branch!r} is not in the provider's allowedBranches {allowed}",
         )
         return TargetPlan(key, gen, spec, provider, problem=problem)
@@ -260,7 +262,7 @@ def _plan_target(obj: Mapping[str, Any], providers: Mapping[ObjKey, ProviderPlan
             per_type={(t.group, t.resource): t.template for t in spec.placement.types},
         )
     except LayoutError as exc:
-        return TargetPlan(key, gen, spec, provider, problem=Problem("InvalidTemplate", str(exc)))
+        return TargetPlan(key, gen, spec, provider, problem=Problem(c.INVALID_TEMPLATE, str(exc)))
     return TargetPlan(key, gen, spec, provider, folder, layout)
 
 
@@ -272,7 +274,7 @@ def _with_noise(target: TargetPlan, base: NoisePolicy) -> TargetPlan:
     try:
         policy = NoisePolicy.from_config(config, base=base)
     except ValueError as exc:
-        return dataclasses.replace(target, problem=Problem("InvalidNoise", str(exc)))
+        return dataclasses.replace(target, problem=Problem(c.INVALID_NOISE, str(exc)))
     return dataclasses.replace(target, noise=policy)
 
 
@@ -295,7 +297,7 @@ def _reject_overlaps(targets: list[TargetPlan], order: Mapping[TargetKey, tuple[
             plan.folder,
             plan.layout,
             path_problem=Problem(
-                "PathOverlap",
+                c.PATH_OVERLAP,
                 f"path {plan.folder or '.'!r} overlaps GitTarget {clash.key} "
                 f"(path {clash.folder or '.'!r}) on branch {plan.worker_key.branch!r}",
             ),
@@ -402,7 +404,7 @@ def compile_plan(
         target_key = TargetKey(getattr(ref, "namespace", None) or key[0], ref.name)
         target = plan.targets.get(target_key)
         if target is None:
-            missing_target = Problem("TargetNotFound", f"GitTarget {target_key} not found")
+            missing_target = Problem(c.TARGET_NOT_FOUND, f"GitTarget {target_key} not found")
             plan.rules[(kind, key)] = RulePlan(kind, key, gen, target_key, problem=missing_target)
             return
         cluster, route, types = "", "", discovered
@@ -447,7 +449,7 @@ def compile_plan(
                 if cluster:
                     refused.append(
                         Problem(
-                            "NamespacesNotSupported",
+                            c.NAMESPACES_NOT_SUPPORTED,
                             "namespaces with clusterRef: use WatchRules on the remote cluster",
                         )
                     )
@@ -481,7 +483,7 @@ def compile_plan(
         problem = None
         if not resolved and len(refused) < len(spec.rules):
             problem = Problem(
-                "NoMatchingResources",
+                c.NO_MATCHING_RESOURCES,
                 "no served resource matches the rules"
                 + (f" (not found: {', '.join(sorted(set(unresolved)))})" if unresolved else ""),
             )

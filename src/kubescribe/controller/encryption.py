@@ -39,10 +39,11 @@ import structlog
 from kubescribe.api import conditions as c
 from kubescribe.api.models import EncryptionSpec, GitTargetSpec
 from kubescribe.controller.desired import Plan, TargetPlan
-from kubescribe.controller.ownership import MANAGED_BY, created_by_kubescribe, not_ours_message
+from kubescribe.controller.keysecrets import SecretUnavailable, read_object, write_generated
+from kubescribe.controller.ownership import created_by_kubescribe, not_ours_message
 from kubescribe.controller.status import Cond
 from kubescribe.git.targets import RefusedContent
-from kubescribe.kube.client import ApiError, KubeClient
+from kubescribe.kube.client import KubeClient
 from kubescribe.mirror.changes import TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.layout import Layout
@@ -69,15 +70,7 @@ log = structlog.get_logger(__name__)
 
 AGE_KEY_SUFFIX = ".agekey"
 GENERATED_KEY = "identity.agekey"
-BACKUP_ANNOTATION = "kubescribe.io/backup"
 BACKUP_NOTE = "Back up this age key: without it the encrypted files in Git cannot be decrypted"
-
-# Refusal reasons (stable: they label the refused-documents metric).
-ENCRYPTION_MISSING = c.ENCRYPTION_MISSING
-ENCRYPTION_FAILED = "EncryptionFailed"
-REENCRYPT_FAILED = "ReencryptFailed"
-# EncryptionConfigured reasons besides the shared ones.
-SECRET_UNAVAILABLE = "SecretUnavailable"
 
 _MEMO_KEY = os.urandom(32)
 _MEMO_LIMIT = 100_000
@@ -108,7 +101,7 @@ class SopsRenderer:
         identities: Sequence[str] = (),
         rules: Rules = DEFAULT_RULES,
         layout: Layout | None = None,
-        refusal: tuple[str, str] = (ENCRYPTION_MISSING, "no encryption is configured"),
+        refusal: tuple[str, str] = (c.ENCRYPTION_MISSING, "no encryption is configured"),
         memo: dict[bytes, bytes] | None = None,
         clock: Callable[[], datetime] = _now,
     ) -> None:
@@ -156,7 +149,7 @@ class SopsRenderer:
         try:
             rule = type_rule.rule_for(doc)
         except PolicyError as err:
-            raise RefusedContent(ENCRYPTION_FAILED, f"{what} not written: {err}") from None
+            raise RefusedContent(c.ENCRYPTION_FAILED, f"{what} not written: {err}") from None
         digest = b""
         if not self._identities:
             digest = self._digest(doc, rule.setting)
@@ -173,7 +166,7 @@ class SopsRenderer:
                 identities=self._identities,
             )
         except SopsError as err:  # messages name paths, never values
-            raise RefusedContent(ENCRYPTION_FAILED, f"{what} not written: {err}") from None
+            raise RefusedContent(c.ENCRYPTION_FAILED, f"{what} not written: {err}") from None
         if digest:
             if len(self._memo) >= _MEMO_LIMIT:
                 self._memo.clear()
@@ -232,7 +225,7 @@ class SopsRenderer:
                 plain = decrypt_document(data, self._identities, own_keys=own_keys)
             except ForeignKeyError:
                 raise RefusedContent(
-                    REENCRYPT_FAILED,
+                    c.REENCRYPT_FAILED,
                     f"{what} not re-encrypted: its data key is not the operator's (the file was"
                     " written by someone else); the next change of the object rewrites it",
                 ) from None
@@ -244,7 +237,7 @@ class SopsRenderer:
                 own_keys=self._own_keys(identity, self.recipients),
             )
         except (SopsError, ValueError) as err:
-            raise RefusedContent(REENCRYPT_FAILED, f"{what} not re-encrypted: {err}") from None
+            raise RefusedContent(c.REENCRYPT_FAILED, f"{what} not re-encrypted: {err}") from None
 
 
 def _sha(data: bytes) -> bytes:
@@ -257,10 +250,6 @@ def unencrypted_renderer() -> SopsRenderer:
 
 
 # --- resolving a target's encryption ----------------------------------------------------------
-
-
-class _Unavailable(Exception):
-    """The key Secret could not be read for now (not the user's fault); message is safe."""
 
 
 @dataclass(frozen=True)
@@ -349,10 +338,10 @@ class EncryptionResolver:
             old = self._resolved.get(key)
             try:
                 new = await self._resolve(target, plan)
-            except _Unavailable as exc:
+            except SecretUnavailable as exc:
                 if old is not None and old.usable:
                     continue  # keep writing with what was read last time
-                new = self._failed(target, SECRET_UNAVAILABLE, str(exc))
+                new = self._failed(target, c.SECRET_UNAVAILABLE, str(exc))
             except Exception:
                 log.exception("encryption.resolve_failed", target=str(key))
                 continue
@@ -380,7 +369,7 @@ class EncryptionResolver:
         recipients += [age.recipient_of(i) for i in identities]
         recipients = list(dict.fromkeys(recipients))
         if not recipients:  # the CRD's CEL rules prevent this; never write without any
-            return self._failed(target, ENCRYPTION_MISSING, "spec.encryption names no recipient")
+            return self._failed(target, c.ENCRYPTION_MISSING, "spec.encryption names no recipient")
         renderer = SopsRenderer(
             recipients=recipients,
             identities=identities,
@@ -406,21 +395,13 @@ class EncryptionResolver:
         ref = encryption.age_key_secret_ref
         if ref is None:
             return []
-        path = f"/api/v1/namespaces/{namespace}/secrets/{ref.name}"
-        try:
-            secret = await self.client.get(path)
-        except ApiError as exc:
-            if exc.status != 404:
-                raise _Unavailable(
-                    f"cannot read Secret {ref.name!r}: {exc.status} {exc.reason}"
-                ) from None
+        secret = await read_object(self.client, "secrets", namespace, ref.name)
+        if secret is None:
             if not encryption.generate_when_missing:
                 raise _KeyProblem(
                     c.SECRET_NOT_FOUND, f"Secret {ref.name!r} (ageKeySecretRef) not found"
-                ) from None
-            return [await self._generate(namespace, ref.name, path, create=True)]
-        except Exception as exc:  # connection trouble: try again next reconcile
-            raise _Unavailable(f"cannot read Secret {ref.name!r}: {type(exc).__name__}") from None
+                )
+            return [await self._generate(namespace, ref.name, None)]
         identities = _identities_from(secret, ref.name)
         if identities:
             return identities
@@ -432,32 +413,20 @@ class EncryptionResolver:
             raise _KeyProblem(
                 c.INVALID_KEY, not_ours_message(ref.name, f"a *{AGE_KEY_SUFFIX} entry")
             )
-        return [await self._generate(namespace, ref.name, path, create=False)]
+        return [await self._generate(namespace, ref.name, secret)]
 
-    async def _generate(self, namespace: str, name: str, path: str, *, create: bool) -> str:
-        """A new age identity stored in the Secret (created, or added to an existing one)."""
+    async def _generate(self, namespace: str, name: str, secret: Mapping[str, Any] | None) -> str:
+        """A new age identity stored in the Secret (created, or added to the operator's own)."""
         identity, recipient = age.generate_identity()
-        encoded = base64.b64encode(_key_file(identity, recipient).encode()).decode()
-        meta = {"annotations": {BACKUP_ANNOTATION: BACKUP_NOTE}, "labels": MANAGED_BY}
-        try:
-            if create:
-                body = {
-                    "apiVersion": "v1",
-                    "kind": "Secret",
-                    "metadata": {"name": name, "namespace": namespace, **meta},
-                    "type": "Opaque",
-                    "data": {GENERATED_KEY: encoded},
-                }
-                await self.client.request(
-                    "POST", f"/api/v1/namespaces/{namespace}/secrets", body=body
-                )
-            else:
-                await self.client.merge_patch(
-                    path, {"metadata": meta, "data": {GENERATED_KEY: encoded}}
-                )
-        except ApiError as exc:
-            # 409: created meanwhile by someone else; read it next reconcile.
-            raise _Unavailable(f"cannot write Secret {name!r}: {exc.status} {exc.reason}") from None
+        await write_generated(
+            self.client,
+            namespace,
+            name,
+            {GENERATED_KEY: _key_file(identity, recipient).encode()},
+            backup_note=BACKUP_NOTE,
+            existing=secret,
+            precondition=False,
+        )
         log.info(
             "encryption.key_generated",
             namespace=namespace,
@@ -486,11 +455,14 @@ def _sensitive_streams(plan: Plan, key: TargetKey, rules: Rules) -> list[str]:
 
 def _unconfigured(target: TargetPlan, plan: Plan) -> Resolution:
     message = "spec.encryption is not set: Secrets are not written to Git"
-    renderer = SopsRenderer(refusal=(ENCRYPTION_MISSING, message), layout=target.layout)
+    renderer = SopsRenderer(refusal=(c.ENCRYPTION_MISSING, message), layout=target.layout)
     cond = None
     if _sensitive_streams(plan, target.key, DEFAULT_RULES):
         cond = Cond(
-            c.ENCRYPTION_CONFIGURED, "False", ENCRYPTION_MISSING, f"Watching Secrets but {message}"
+            c.ENCRYPTION_CONFIGURED,
+            "False",
+            c.ENCRYPTION_MISSING,
+            f"Watching Secrets but {message}",
         )
     return Resolution(renderer, cond, False)
 

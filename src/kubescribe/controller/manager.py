@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -28,15 +29,18 @@ from kubescribe.controller.desired import (
     source_grants,
 )
 from kubescribe.controller.encryption import EncryptionResolver
+from kubescribe.controller.object_status import (
+    TargetFacts,
+    attribution_condition,
+    rule_conditions,
+    target_status,
+)
 from kubescribe.controller.providers import Providers
 from kubescribe.controller.shards import Shards
 from kubescribe.controller.status import (
     Cond,
     StatusWriter,
-    documents_condition,
     kstatus,
-    render_condition,
-    rfc3339,
 )
 from kubescribe.controller.streams import StreamSpec, TargetStream
 from kubescribe.controller.webhooks import ChangeWebhook
@@ -56,7 +60,6 @@ from kubescribe.store.cursors import CursorStore, NoCursorStore
 
 log = structlog.get_logger(__name__)
 
-UNRESOLVED_ALARM = 5  # changes in a row without an author before a target says so
 
 OWN_TYPES = {
     "GitProvider": ResourceType("kubescribe.io", "v1alpha1", "gitproviders", "GitProvider", True),
@@ -545,7 +548,8 @@ class Manager:
                 r = plan.rules.get((kind, key))
                 if r is None or not self._speaks_for(f"{kind}/{key[0]}/{key[1]}"):
                     continue
-                domain = self._rule_conditions(r)
+                writable = r.problem is not None or not r.target or plan.targets[r.target].writable
+                domain = rule_conditions(r, writable)
                 streams = self._rule_streams(r)
                 if streams is not None:
                     domain.append(streams)
@@ -588,136 +592,32 @@ class Manager:
             return t.worker_key in self._workers
         return self._shards.mine(f"GitTarget/{t.key}")
 
-    def _attribution_condition(self, t: TargetPlan) -> Cond | None:
-        """With attributed-author: whether any source can name authors, and does."""
-        spec = t.provider.spec if t.provider is not None else None
-        if spec is None or AttributionMode(spec.attribution.mode) is not AttributionMode.ATTRIBUTED:
-            return None
-        sources = self.settings.attribution_sources
-        if not sources:
-            return Cond(
-                c.AUTHORS_ATTRIBUTED,
-                "False",
-                c.NO_ATTRIBUTION_SOURCE,
-                "attributed-author is set, but the operator has no audit receiver, change "
-                "webhook or Redis: every change gets the unresolved author",
-            )
-        streak = int(getattr(self.settings.resolver, "unresolved_streak", 0))
-        if streak >= UNRESOLVED_ALARM:
-            return Cond(
-                c.AUTHORS_ATTRIBUTED,
-                "False",
-                c.AUTHORS_UNRESOLVED,
-                f"The last {streak} changes found no fact from {', '.join(sources)}: check "
-                "that the API server reaches the audit receiver or the change webhook",
-            )
-        return Cond(
-            c.AUTHORS_ATTRIBUTED, "True", c.AUTHORS_ATTRIBUTED, f"From {', '.join(sources)}"
-        )
-
-    def _rule_conditions(self, r: RulePlan) -> list[Cond]:
-        if r.problem:
-            domain = [Cond(c.VALIDATED, "False", r.problem.reason, r.problem.message)]
-        elif r.target and not self.plan.targets[r.target].writable:
-            domain = [
-                Cond(c.VALIDATED, "True", "TargetNotReady", f"GitTarget {r.target} is not ready")
-            ]
-        else:
-            domain = [Cond(c.VALIDATED, "True", c.VALIDATED, "Rules resolved")]
-        if r.kind != "WatchRule":
-            return domain
-        if r.source_problem is not None:
-            problem = r.source_problem
-            domain.append(
-                Cond(c.SOURCE_NAMESPACE_AUTHORIZED, "False", problem.reason, problem.message)
-            )
-        else:
-            domain.append(
-                Cond(
-                    c.SOURCE_NAMESPACE_AUTHORIZED,
-                    "True",
-                    c.SOURCE_NAMESPACE_AUTHORIZED,
-                    f"Reading namespace {', '.join(r.sources) or r.key[0]}",
-                )
-            )
-        return domain
-
     def _target_status(self, t: TargetPlan) -> tuple[list[Cond], dict[str, Any]]:
-        domain: list[Cond] = []
-        if t.problem:
-            domain.append(Cond(c.VALIDATED, "False", t.problem.reason, t.problem.message))
-        elif t.path_problem:
-            domain.append(Cond(c.VALIDATED, "False", t.path_problem.reason, t.path_problem.message))
-        else:
-            domain.append(Cond(c.VALIDATED, "True", c.VALIDATED, "Spec is valid"))
-        if t.path_problem:
-            domain.append(
-                Cond(c.GIT_PATH_ACCEPTED, "False", t.path_problem.reason, t.path_problem.message)
-            )
-        elif t.problem is None:
-            domain.append(
-                Cond(
-                    c.GIT_PATH_ACCEPTED,
-                    "True",
-                    c.GIT_PATH_ACCEPTED,
-                    f"Writing to {t.folder or '.'}",
-                )
-            )
         streams = [
             self._streams[s.key] for s in self.plan.streams_of(t.key) if s.key in self._streams
         ]
-        synced = sum(1 for r in streams if r.informer.synced.is_set())
-        progressing = None
-        extra: dict[str, Any] = {"streams": len(streams)}
-        if self._shards is not None and t.writable:
-            extra["owner"] = self._shards.identity
-        if t.spec is not None and t.spec.suspend and t.problem is None:
-            domain.append(
-                Cond(c.READY, "False", c.SUSPENDED, "Writes are suspended (spec.suspend)")
-            )
-            return domain + kstatus(domain, progressing=None)[1:], extra
-        cluster = t.layout.cluster if t.layout.cluster != LOCAL_CLUSTER else ""
-        if t.writable and cluster and (reach := self._clusters.reachable(cluster)) is not None:
-            domain.append(reach)  # its files are kept while the cluster is away
-        if t.writable and (attributed := self._attribution_condition(t)) is not None:
-            domain.append(attributed)
+        facts = TargetFacts(
+            streams=len(streams),
+            synced=sum(1 for r in streams if r.informer.synced.is_set()),
+            owner=self._shards.identity if self._shards is not None else None,
+        )
         if t.writable:
-            domain += self._encryption.conditions(t.key)
-            extra.update(self._encryption.status(t.key))
-            domain.append(streams_condition(streams))
-            report = self._reports.get(t.key)
-            if report is None and streams and all(r.informer.resumed for r in streams):
-                domain.append(
-                    Cond(c.PUSHED, "True", c.PUSHED, "Resumed from the saved watch cursors")
-                )
-            elif report is None:
-                progressing = "Waiting for the first write"
-            else:
-                extra.update(documents=report.documents, retainedDocuments=report.retained)
-                if report.commit:
-                    extra["lastCommit"] = report.commit
-                if report.pushed_at is not None:
-                    extra["lastPushTime"] = rfc3339(report.pushed_at)
-                if report.ok:
-                    domain.append(Cond(c.PUSHED, "True", c.PUSHED, report.message or "Up to date"))
-                else:
-                    domain.append(Cond(c.PUSHED, "False", report.reason, report.message))
-                domain.append(documents_condition(report.failing))
-                if report.kustomization is not None:
-                    domain.append(render_condition(report.kustomization, report.failing))
-            if synced < len(streams):
-                progressing = f"{synced}/{len(streams)} watch streams synced"
-        # Author wiring is reported (the Authors column), but commits flow: Ready ignores it.
-        informative = (c.STREAMS_RUNNING, c.AUTHORS_ATTRIBUTED)
-        return domain + kstatus(
-            [
-                d
-                for d in domain
-                if d.type not in informative
-                or (d.type == c.STREAMS_RUNNING and d.reason == c.WATCH_FORBIDDEN)
-            ],
-            progressing=progressing,
-        ), extra
+            cluster = t.layout.cluster if t.layout.cluster != LOCAL_CLUSTER else ""
+            facts = dataclasses.replace(
+                facts,
+                resumed=all(r.informer.resumed for r in streams),
+                streams_running=streams_condition(streams),
+                reachable=self._clusters.reachable(cluster) if cluster else None,
+                attributed=attribution_condition(
+                    t,
+                    self.settings.attribution_sources,
+                    int(getattr(self.settings.resolver, "unresolved_streak", 0)),
+                ),
+                encryption=self._encryption.conditions(t.key),
+                encryption_status=self._encryption.status(t.key),
+                report=self._reports.get(t.key),
+            )
+        return target_status(t, facts)
 
 
 def streams_condition(streams: list[_Running]) -> Cond:

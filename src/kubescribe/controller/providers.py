@@ -30,7 +30,6 @@ writers of two namespaces on one branch race through the fetch-rebuild-retry pat
 from __future__ import annotations
 
 import asyncio
-import base64
 import dataclasses
 import math
 import time
@@ -39,116 +38,32 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pygit2
 import structlog
 
 from kubescribe import metrics
 from kubescribe.api import conditions as c
-from kubescribe.api.models import GitProviderSpec, SigningSpec
+from kubescribe.api.models import GitProviderSpec
 from kubescribe.controller.desired import ObjKey, Plan, Problem, ProviderPlan, WorkerKey
-from kubescribe.controller.ownership import (
-    MANAGED_BY,
-    created_by_kubescribe,
-    not_ours_message,
-    secret_data,
-)
+from kubescribe.controller.keysecrets import SecretUnavailable
+from kubescribe.controller.provider_evidence import NOT_PROBED, Evidence, combine, push_evidence
+from kubescribe.controller.provider_sources import Sources, read_sources, signing_condition
 from kubescribe.controller.status import Cond, kstatus
-from kubescribe.git.credentials import (
-    Credentials,
-    GitFailure,
-    InvalidCredentials,
-    remote_callbacks,
-    write_host_key_preferences,
-)
-from kubescribe.git.probe import URL_REFUSED, RemoteProbe, Verdict, probe_remote, use_home
+from kubescribe.git.probe import RemoteProbe, Verdict, probe_remote, use_home
 from kubescribe.git.repo import CommitSigner, MissingSigner
-from kubescribe.git.signing import SigningKey
 from kubescribe.git.targets import WriteReport
+from kubescribe.git.transport.callbacks import remote_callbacks
+from kubescribe.git.transport.known_hosts import write_host_key_preferences
+from kubescribe.git.transport.secret import Credentials
 from kubescribe.git.worker import BranchWorker
-from kubescribe.kube.client import ApiError, KubeClient
+from kubescribe.kube.client import KubeClient
 
 log = structlog.get_logger(__name__)
 
-READABLE = "Readable"
-WRITABLE = "Writable"
-SIGNING_KEY_LOADED = "SigningKeyLoaded"
-
-KNOWN_HOSTS_NOT_FOUND = c.KNOWN_HOSTS_NOT_FOUND
-INVALID_CREDENTIALS = c.INVALID_CREDENTIALS
-SIGNING_KEY_MISSING = c.SIGNING_KEY_MISSING
-SIGNING_KEY_INVALID = c.SIGNING_KEY_INVALID
-CREDENTIALS_UNAVAILABLE = "CredentialsUnavailable"  # the API server could not be asked
-PROBING = "Probing"
-
-SIGNING_PUBLIC_KEY = "signing.pub"
-BACKUP_ANNOTATION = "kubescribe.io/backup"
-BACKUP_NOTE = (
-    "The key that signs kubescribe's commits; its public half is in the GitProvider status"
-)
-
-Status = Literal["True", "False", "Unknown"]
 _RANK: dict[str, int] = {"True": 0, "Unknown": 1, "False": 2}
-
-
-# --- Writable evidence (pure) --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What is known about push access: `source` is `probe` or `push`, `at` wall-clock time."""
-
-    status: Status
-    reason: str
-    message: str
-    source: Literal["", "probe", "push"] = ""
-    at: float = 0.0
-
-
-NOT_PROBED = Evidence("Unknown", PROBING, "Not probed yet")
-NOT_READ = Verdict("Unknown", PROBING, "Not probed yet")
-
-
-def combine(current: Evidence, new: Evidence) -> Evidence:
-    """The Writable evidence after `new` was observed."""
-    if current.status == "False":
-        if new.status == "Unknown":
-            return current  # a probe that could not run proves nothing
-        if new.status == "True" and new.source == "probe" and current.source == "push":
-            return current  # receive-pack access says nothing about hooks or protection
-    return new
-
-
-def push_evidence(current: Evidence, report: WriteReport, now: float) -> Evidence:
-    """The evidence after a branch worker's report for a push made with these credentials."""
-    if not report.ok:
-        if report.reason == GitFailure.PERMISSION_DENIED:
-            return Evidence("False", report.reason, report.message, "push", now)
-        return current
-    pushed_at = report.pushed_at
-    if pushed_at is None or pushed_at <= current.at or current.status == "True":
-        return current
-    commit = f" ({report.commit[:12]})" if report.commit else ""
-    return Evidence("True", WRITABLE, f"The last push was accepted{commit}", "push", pushed_at)
-
-
-# --- what was read from the cluster --------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Sources:
-    """Credentials and signing key of one provider, and the versions they were read at."""
-
-    versions: tuple[tuple[str, ...], ...]
-    creds: Credentials = field(default_factory=Credentials)
-    problem: Problem | None = None
-    signer: SigningKey | None = None
-    signing_problem: Problem | None = None
-
-
-class _Unavailable(Exception):
-    """The API server could not be asked (not a 404); the message names no secret value."""
+NOT_READ = Verdict("Unknown", c.PROBING, "Not probed yet")
 
 
 @dataclass
@@ -268,13 +183,15 @@ class Providers:
             return None
         sources = state.sources
         if sources is None:
-            return Problem(CREDENTIALS_UNAVAILABLE, state.unavailable or "credentials not read yet")
+            return Problem(
+                c.CREDENTIALS_UNAVAILABLE, state.unavailable or "credentials not read yet"
+            )
         if sources.problem is not None:
             return sources.problem
         if sources.signing_problem is not None:
             return sources.signing_problem
-        if state.readable.reason == URL_REFUSED:
-            return Problem(URL_REFUSED, state.readable.message)
+        if state.readable.reason == c.URL_REFUSED:
+            return Problem(c.URL_REFUSED, state.readable.message)
         return None
 
     # -- branch workers ----------------------------------------------------------------------
@@ -354,19 +271,19 @@ class Providers:
         problem = sources.problem if sources is not None else None
         if sources is None:
             problem = Problem(
-                CREDENTIALS_UNAVAILABLE, state.unavailable or "credentials not read yet"
+                c.CREDENTIALS_UNAVAILABLE, state.unavailable or "credentials not read yet"
             )
         if problem is not None:
-            readable = Cond(READABLE, "False", problem.reason, problem.message)
-            writable = Cond(WRITABLE, "Unknown", problem.reason, "Not probed: no credentials")
+            readable = Cond(c.READABLE, "False", problem.reason, problem.message)
+            writable = Cond(c.WRITABLE, "Unknown", problem.reason, "Not probed: no credentials")
         else:
             verdict = state.readable
-            readable = Cond(READABLE, verdict.status, verdict.reason, verdict.message)
+            readable = Cond(c.READABLE, verdict.status, verdict.reason, verdict.message)
             evidence = state.writable
-            writable = Cond(WRITABLE, evidence.status, evidence.reason, evidence.message)
+            writable = Cond(c.WRITABLE, evidence.status, evidence.reason, evidence.message)
         domain.append(readable)
         if state.spec.signing is not None:
-            domain.append(_signing_condition(state.spec.signing, sources))
+            domain.append(signing_condition(state.spec.signing, sources))
             if sources is not None and sources.signer is not None:
                 extra["signingKey"] = {
                     "publicKey": sources.signer.public_key_line,
@@ -384,8 +301,8 @@ class Providers:
     async def _refresh(self, state: _State) -> None:
         state.read_at = time.monotonic()
         try:
-            sources = await self._read_sources(state.key, state.spec, state.sources)
-        except _Unavailable as exc:
+            sources = await read_sources(self.client, state.key, state.spec, state.sources)
+        except SecretUnavailable as exc:
             state.unavailable = str(exc)
             log.warning("provider.sources_unavailable", provider=_name(state.key), error=str(exc))
             return  # keep what was read last time, if anything
@@ -398,8 +315,8 @@ class Providers:
         state.probe_due = True
         if not first:
             # New credentials: what was proven about the old ones no longer holds.
-            state.readable = Verdict("Unknown", PROBING, "Credentials changed; probing again")
-            state.writable = Evidence("Unknown", PROBING, "Credentials changed; probing again")
+            state.readable = Verdict("Unknown", c.PROBING, "Credentials changed; probing again")
+            state.writable = Evidence("Unknown", c.PROBING, "Credentials changed; probing again")
         log.info(
             "provider.sources_read",
             provider=_name(state.key),
@@ -427,8 +344,8 @@ class Providers:
         except Exception as exc:  # a bug, not a verdict on the remote
             log.exception("provider.probe_failed", provider=_name(state.key))
             result = RemoteProbe(
-                Verdict("Unknown", "ProbeFailed", f"The probe failed: {type(exc).__name__}"),
-                Verdict("Unknown", "ProbeFailed", "Not probed"),
+                Verdict("Unknown", c.PROBE_FAILED, f"The probe failed: {type(exc).__name__}"),
+                Verdict("Unknown", c.PROBE_FAILED, "Not probed"),
             )
         finally:
             state.probing = None
@@ -468,190 +385,6 @@ class Providers:
         write_host_key_preferences(self._home, entries)
         self._known_hosts = fingerprint
 
-    async def _get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
-        kind = "Secret" if plural == "secrets" else "ConfigMap"
-        try:
-            found: dict[str, Any] = await self.client.get(
-                f"/api/v1/namespaces/{namespace}/{plural}/{name}"
-            )
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise _Unavailable(f"cannot read {kind} {name!r}: {exc.status} {exc.reason}") from None
-        except Exception as exc:  # connection trouble: try again next time
-            raise _Unavailable(f"cannot read {kind} {name!r}: {type(exc).__name__}") from None
-        return found
-
-    async def _read_sources(
-        self, key: ObjKey, spec: GitProviderSpec, previous: Sources | None
-    ) -> Sources:
-        namespace = key[0]
-        versions: list[tuple[str, ...]] = []
-        problem: Problem | None = None
-        data: dict[str, bytes] = {}
-        if spec.secret_ref is not None:
-            name = spec.secret_ref.name
-            secret = await self._get("secrets", namespace, name)
-            versions.append(_version("secrets", name, secret))
-            if secret is None:
-                problem = Problem(c.SECRET_NOT_FOUND, f"Secret {name!r} (spec.secretRef) not found")
-            else:
-                data = secret_data(secret)
-        known_hosts: bytes | None = None
-        ref = spec.known_hosts_ref
-        if ref is not None:
-            plural = "secrets" if ref.kind == "Secret" else "configmaps"
-            obj = await self._get(plural, namespace, ref.name)
-            versions.append(_version(plural, ref.name, obj))
-            values = (secret_data(obj) if ref.kind == "Secret" else _configmap_data(obj)) or {}
-            known_hosts = values.get(ref.key)
-            if known_hosts is None and problem is None:
-                where = f"{ref.kind} {ref.name!r}"
-                problem = Problem(
-                    KNOWN_HOSTS_NOT_FOUND,
-                    f"{where} (spec.knownHostsRef) not found"
-                    if obj is None
-                    else f"{where} (spec.knownHostsRef) has no key {ref.key!r}",
-                )
-        creds = Credentials()
-        if problem is None:
-            try:
-                creds = Credentials.from_secret_data(data, known_hosts=known_hosts)
-            except InvalidCredentials as exc:
-                problem = Problem(INVALID_CREDENTIALS, f"Secret {_ref_name(spec)}: {exc}")
-        signer, signing_problem = None, None
-        if spec.signing is not None:
-            signer, signing_problem, version = await self._signing_key(
-                namespace, spec.signing, previous
-            )
-            versions.append(version)
-        versions_t = tuple(versions)
-        if previous is not None and previous.versions == versions_t:
-            return previous
-        return Sources(versions_t, creds, problem, signer, signing_problem)
-
-    async def _signing_key(
-        self, namespace: str, spec: SigningSpec, previous: Sources | None
-    ) -> tuple[SigningKey | None, Problem | None, tuple[str, ...]]:
-        name, data_key = spec.secret_ref.name, spec.key
-        secret = await self._get("secrets", namespace, name)
-        version = _version("secrets", name, secret)
-        if previous is not None and version in previous.versions and previous.signer:
-            return previous.signer, None, version
-        raw = secret_data(secret).get(data_key) if secret is not None else None
-        if raw is None:
-            where = f"Secret {name!r}" if secret is None else f"key {data_key!r} of Secret {name!r}"
-            if not spec.generate_when_missing:
-                return (
-                    None,
-                    Problem(
-                        SIGNING_KEY_MISSING,
-                        f"{where} (spec.signing) not found; commits are not written unsigned",
-                    ),
-                    version,
-                )
-            if secret is not None and not created_by_kubescribe(secret):
-                return (
-                    None,
-                    Problem(SIGNING_KEY_MISSING, not_ours_message(name, f"key {data_key!r}")),
-                    version,
-                )
-            return await self._generate(namespace, spec, secret)
-        try:
-            return SigningKey.from_openssh(raw, comment=f"kubescribe {namespace}"), None, version
-        except (ValueError, TypeError):
-            return (
-                None,
-                Problem(
-                    SIGNING_KEY_INVALID,
-                    f"key {data_key!r} of Secret {name!r} (spec.signing) is not an unencrypted"
-                    " ed25519 private key in OpenSSH format",
-                ),
-                version,
-            )
-
-    async def _generate(
-        self, namespace: str, spec: SigningSpec, secret: Mapping[str, Any] | None
-    ) -> tuple[SigningKey | None, Problem | None, tuple[str, ...]]:
-        """A new ed25519 key stored in the Secret (created, or added with a precondition on
-        its resourceVersion so two writers cannot both add one)."""
-        name = spec.secret_ref.name
-        key = SigningKey.generate(comment=f"kubescribe {namespace}")
-        data = {
-            spec.key: base64.b64encode(key.private_openssh().encode()).decode(),
-            SIGNING_PUBLIC_KEY: base64.b64encode(key.public_key_line.encode()).decode(),
-        }
-        meta: dict[str, Any] = {
-            "labels": MANAGED_BY,
-            "annotations": {BACKUP_ANNOTATION: BACKUP_NOTE},
-        }
-        try:
-            if secret is None:
-                written = await self.client.request(
-                    "POST",
-                    f"/api/v1/namespaces/{namespace}/secrets",
-                    body={
-                        "apiVersion": "v1",
-                        "kind": "Secret",
-                        "metadata": {"name": name, "namespace": namespace, **meta},
-                        "type": "Opaque",
-                        "data": data,
-                    },
-                )
-            else:
-                rv = secret["metadata"]["resourceVersion"]
-                written = await self.client.merge_patch(
-                    f"/api/v1/namespaces/{namespace}/secrets/{name}",
-                    {"metadata": {**meta, "resourceVersion": rv}, "data": data},
-                )
-        except ApiError as exc:
-            # 409: someone wrote the Secret meanwhile; it is read again next time.
-            raise _Unavailable(f"cannot write Secret {name!r}: {exc.status} {exc.reason}") from None
-        except Exception as exc:
-            raise _Unavailable(f"cannot write Secret {name!r}: {type(exc).__name__}") from None
-        log.info(
-            "provider.signing_key_generated",
-            namespace=namespace,
-            secret=name,
-            fingerprint=key.fingerprint,
-        )
-        return key, None, _version("secrets", name, written)
-
-
-def _signing_condition(spec: SigningSpec, sources: Sources | None) -> Cond:
-    if sources is None:
-        return Cond(SIGNING_KEY_LOADED, "Unknown", PROBING, "Signing key not read yet")
-    if sources.signing_problem is not None:
-        problem = sources.signing_problem
-        return Cond(SIGNING_KEY_LOADED, "False", problem.reason, problem.message)
-    assert sources.signer is not None
-    return Cond(
-        SIGNING_KEY_LOADED,
-        "True",
-        SIGNING_KEY_LOADED,
-        f"Signing commits with {sources.signer.fingerprint} "
-        f"(Secret {spec.secret_ref.name!r}, key {spec.key!r})",
-    )
-
 
 def _name(key: ObjKey) -> str:
     return f"{key[0]}/{key[1]}"
-
-
-def _ref_name(spec: GitProviderSpec) -> str:
-    return repr(spec.secret_ref.name) if spec.secret_ref else "(none)"
-
-
-def _version(plural: str, name: str, obj: Mapping[str, Any] | None) -> tuple[str, ...]:
-    if obj is None:
-        return (plural, name, "")
-    meta = obj.get("metadata") or {}
-    return (plural, name, str(meta.get("uid", "")), str(meta.get("resourceVersion", "")))
-
-
-def _configmap_data(obj: Mapping[str, Any] | None) -> dict[str, bytes]:
-    if obj is None:
-        return {}
-    out = {name: str(value).encode() for name, value in (obj.get("data") or {}).items()}
-    out.update(secret_data({"data": obj.get("binaryData") or {}}))
-    return out

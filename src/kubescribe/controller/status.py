@@ -30,7 +30,7 @@ class Cond:
 def documents_condition(failing: Sequence[tuple[Identity, str, str]]) -> Cond:
     """`DocumentsWritten`: False, with the first one's reason, while documents cannot be
     written (a path Git refuses, a conflict, a render or encryption refusal)."""
-    failing = [f for f in failing if f[1] not in _RENDER_REASONS]
+    failing = [f for f in failing if f[1] not in c.RENDER_REASONS]
     if not failing:
         return Cond(c.DOCUMENTS_WRITTEN, "True", c.DOCUMENTS_WRITTEN, "Every document is written")
     reason = failing[0][1]
@@ -43,13 +43,10 @@ def documents_condition(failing: Sequence[tuple[Identity, str, str]]) -> Cond:
 _LISTED = 3  # documents named in the message
 
 
-_RENDER_REASONS = frozenset({c.KUSTOMIZE_UNSUPPORTED, c.RENDER_MISMATCH})
-
-
 def render_condition(kustomization: str, failing: Sequence[tuple[Identity, str, str]]) -> Cond:
     """`RenderMatchesLive` of a target written through `kustomization`: False while an object
     is not rendered as live (a construct not written through, or a render check mismatch)."""
-    failing = [f for f in failing if f[1] in _RENDER_REASONS]
+    failing = [f for f in failing if f[1] in c.RENDER_REASONS]
     if not failing:
         return Cond(
             c.RENDER_MATCHES_LIVE,
@@ -85,26 +82,26 @@ def kstatus(domain: Sequence[Cond], *, progressing: str | None) -> list[Cond]:
             Cond(
                 c.STALLED,
                 "True" if stalled else "False",
-                failing.reason if stalled else "Ok",
+                failing.reason if stalled else c.OK,
                 failing.message if stalled else "",
             ),
             Cond(
                 c.RECONCILING,
                 "False" if stalled else "True",
-                "Ok" if stalled else failing.reason,
+                c.OK if stalled else failing.reason,
                 "" if stalled else failing.message,
             ),
         ]
     if progressing:
         return [
             Cond(c.READY, "Unknown", c.PROGRESSING, progressing),
-            Cond(c.STALLED, "False", "Ok", ""),
+            Cond(c.STALLED, "False", c.OK, ""),
             Cond(c.RECONCILING, "True", c.PROGRESSING, progressing),
         ]
     return [
-        Cond(c.READY, "True", "Ready", "Ready"),
-        Cond(c.STALLED, "False", "Ok", ""),
-        Cond(c.RECONCILING, "False", "Ok", ""),
+        Cond(c.READY, "True", c.READY, "Ready"),
+        Cond(c.STALLED, "False", c.OK, ""),
+        Cond(c.RECONCILING, "False", c.OK, ""),
     ]
 
 

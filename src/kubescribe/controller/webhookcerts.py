@@ -24,6 +24,7 @@ from typing import Any
 import structlog
 
 from kubescribe import metrics
+from kubescribe.api import conditions as c
 from kubescribe.controller.certrotation import (
     Issued,
     Material,
@@ -101,12 +102,12 @@ class WebhookCertificates:
         try:
             found = await self._get(f"{self._secrets}/{opts.secret}")
         except ApiError as exc:
-            _failed("Secret", exc, secret=opts.secret)
+            _failed(_SECRET, exc, secret=opts.secret)
             return RETRY
         current = Material.from_data(found.get("data") if found else None)
         if found is not None and current is None:
-            metrics.WEBHOOK_CERT_ERRORS.labels("SecretInvalid").inc()
-            log.error("webhook_certs.invalid", reason="SecretInvalid", secret=opts.secret)
+            metrics.WEBHOOK_CERT_ERRORS.labels(c.SECRET_INVALID).inc()
+            log.error("webhook_certs.invalid", reason=c.SECRET_INVALID, secret=opts.secret)
         now = self.clock()
         wanted, events = advance(current, now, opts.policy)
         soonest = 0.5
@@ -140,7 +141,7 @@ class WebhookCertificates:
         except ApiError as exc:
             if exc.status == 409:
                 return False
-            _failed("Secret", exc, secret=opts.secret, events=events)
+            _failed(_SECRET, exc, secret=opts.secret, events=events)
             return None
         for event in events:
             metrics.WEBHOOK_CERT_ROTATIONS.labels(event).inc()
@@ -198,7 +199,7 @@ class WebhookCertificates:
                     log.info("webhook_certs.ca_bundle_set", webhook_configuration=name)
             except ApiError as exc:
                 if exc.status != 409:  # 409: written meanwhile; the next round sets it
-                    _failed("WebhookConfiguration", exc, webhook_configuration=name)
+                    _failed(_WEBHOOK_CONFIGURATION, exc, webhook_configuration=name)
 
     async def _apiserver_config(self, material: Material, now: dt.datetime) -> None:
         """Keep kube-apiserver's files in their Secret: client certificates from the signing
@@ -208,7 +209,7 @@ class WebhookCertificates:
         try:
             found = await self._get(path)
         except ApiError as exc:
-            _failed("ApiserverConfig", exc, secret=opts.apiserver_secret)
+            _failed(_APISERVER_CONFIG, exc, secret=opts.apiserver_secret)
             return
         current = _decoded(found.get("data") if found else None)
         clients: dict[str, Issued] = {}
@@ -230,7 +231,7 @@ class WebhookCertificates:
                 await self.client.request("PUT", path, body=body)
         except ApiError as exc:
             if exc.status != 409:
-                _failed("ApiserverConfig", exc, secret=opts.apiserver_secret)
+                _failed(_APISERVER_CONFIG, exc, secret=opts.apiserver_secret)
             return
         log.info(
             "webhook_certs.apiserver_config_written",
@@ -248,8 +249,14 @@ class WebhookCertificates:
         return found
 
 
-def _failed(what: str, exc: ApiError, **context: Any) -> None:
-    reason = f"{what}Forbidden" if exc.status == 403 else f"{what}Unavailable"
+# (reason when refused, reason otherwise) of each thing the upkeep writes
+_SECRET = (c.SECRET_FORBIDDEN, c.SECRET_UNAVAILABLE)
+_WEBHOOK_CONFIGURATION = (c.WEBHOOK_CONFIGURATION_FORBIDDEN, c.WEBHOOK_CONFIGURATION_UNAVAILABLE)
+_APISERVER_CONFIG = (c.APISERVER_CONFIG_FORBIDDEN, c.APISERVER_CONFIG_UNAVAILABLE)
+
+
+def _failed(reasons: tuple[str, str], exc: ApiError, **context: Any) -> None:
+    reason = reasons[0] if exc.status == 403 else reasons[1]
     metrics.WEBHOOK_CERT_ERRORS.labels(reason).inc()
     log.error(
         "webhook_certs.failed", reason=reason, status=exc.status, error=exc.message, **context

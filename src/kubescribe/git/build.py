@@ -236,7 +236,7 @@ class Build:
             )
             self.cache.indexes[key] = cached
             self.log.info(
-                "indexed",
+                "build.indexed",
                 target=str(config.key),
                 documents=len(cached),
                 duplicates=len(cached.duplicates),
@@ -272,7 +272,7 @@ class Build:
         config = self.targets.get(item.target)
         if config is None:
             if item.target not in self.unknown:
-                self.log.warning("item for an unconfigured target", target=str(item.target))
+                self.log.warning("build.unconfigured_target", target=str(item.target))
             self.unknown.add(item.target)
             return
         if isinstance(item, Snapshot):
@@ -482,7 +482,7 @@ class Build:
             self._refuse(config, identity, refused.reason, refused.message)
             return None
         except Exception as exc:  # one bad document must not block the branch
-            self.log.exception("rendering failed", target=str(config.key), kind=identity.kind)
+            self.log.exception("build.render_failed", target=str(config.key), kind=identity.kind)
             where = f"{path}: " if path else ""
             self._refuse(config, identity, RENDER_FAILED, f"{where}{type(exc).__name__}: {exc}")
             return None
@@ -745,7 +745,7 @@ class Build:
                     failing[identity] = (RENDER_MISMATCH, f"kustomize build {what} than live")
             metrics.RENDER_CHECK_SECONDS.observe(time.perf_counter() - started)
             self.log.info(
-                "render check",
+                "build.render_check",
                 target=str(key),
                 objects=len(changed),
                 seconds=round(time.perf_counter() - started, 3),
@@ -843,7 +843,7 @@ class Build:
         try:
             tree = edit_tree(self.repo, self.tree, edits)
         except TreeConflict as conflict:
-            self.log.warning("upkeep skipped", target=str(config.key), error=str(conflict))
+            self.log.warning("build.upkeep_skipped", target=str(config.key), error=str(conflict))
             return
         plan.apply()
         recipients = _count(len(set(renderer.recipients)), "age recipient")
@@ -857,7 +857,7 @@ class Build:
         self._create_commit(tree, text, None)
         self.results.setdefault(config.key, TargetResult()).commit = str(self.head)
         self.commits["upkeep"] = self.commits.get("upkeep", 0) + 1
-        self.log.info("encryption upkeep", target=str(config.key), message=text)
+        self.log.info("build.encryption_upkeep", target=str(config.key), message=text)
 
     def _create_commit(self, tree: pygit2.Oid, text: str, author: Author | None) -> None:
         """Commit `tree` on the chain. `author` None: the committer (snapshots, and every

@@ -22,23 +22,17 @@ from typing import Literal
 import pygit2
 from pygit2.ffi import C
 
-from kubescribe.git.credentials import (
-    Credentials,
-    GitFailure,
-    classify_git_error,
-    refuse_offsite_redirects,
-    remote_callbacks,
-)
+from kubescribe.api import conditions as c
 from kubescribe.git.repo import redact
-from kubescribe.git.urlpolicy import URL_REFUSED, UrlRefused, check_url, resolve_host
+from kubescribe.git.transport.callbacks import refuse_offsite_redirects, remote_callbacks
+from kubescribe.git.transport.errors import GitFailure, classify_git_error
+from kubescribe.git.transport.secret import Credentials
+from kubescribe.git.urlpolicy import UrlRefused, check_url, resolve_host
 
-__all__ = ["URL_REFUSED", "RemoteProbe", "Verdict", "probe_remote", "use_home"]
+__all__ = ["RemoteProbe", "Verdict", "probe_remote", "use_home"]
 
 Status = Literal["True", "False", "Unknown"]
 
-READABLE = "Readable"
-WRITABLE = "Writable"
-PROBE_FAILED = "ProbeFailed"
 # A server that names the credential as the problem has answered: that is a refusal. Any
 # other failure (no route, a timeout, a broken transfer) says nothing about permissions.
 REFUSALS = frozenset({GitFailure.PERMISSION_DENIED, GitFailure.AUTHENTICATION_FAILED})
@@ -86,8 +80,8 @@ def probe_remote(
         check_url(url, allow_file, resolve=resolve_host if resolve else None)
     except UrlRefused as refused:
         return RemoteProbe(
-            Verdict("False", URL_REFUSED, f"{refused.message} ({refused.reason})"),
-            Verdict("Unknown", URL_REFUSED, "Not probed: the URL is refused"),
+            Verdict("False", c.URL_REFUSED, f"{refused.message} ({refused.reason})"),
+            Verdict("Unknown", c.URL_REFUSED, "Not probed: the URL is refused"),
         )
     repo = _scratch(scratch_dir)
     try:
@@ -102,7 +96,7 @@ def probe_remote(
     shown = ", ".join(branches[:5]) + (", …" if len(branches) > 5 else "")
     read = Verdict(
         "True",
-        READABLE,
+        c.READABLE,
         f"Connected; {len(branches)} branch(es)" + (f": {shown}" if branches else ""),
     )
     try:
@@ -118,7 +112,7 @@ def probe_remote(
         read,
         Verdict(
             "True",
-            WRITABLE,
+            c.WRITABLE,
             "The server offers push access to these credentials (probed without sending"
             " anything; branch protection shows on the first push)",
         ),

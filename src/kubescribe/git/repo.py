@@ -21,16 +21,16 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import pygit2
 from pygit2.enums import FetchPrune
 
+from kubescribe.api import conditions as c
 from kubescribe.git.cachelock import CacheLock
-from kubescribe.git.credentials import (
-    Credentials,
+from kubescribe.git.transport.callbacks import (
     GitCallbacks,
-    GitFailure,
-    classify_git_error,
     refuse_offsite_redirects,
     remote_callbacks,
 )
-from kubescribe.git.urlpolicy import URL_REFUSED, UrlRefused, check_transfer
+from kubescribe.git.transport.errors import GitFailure, classify_git_error
+from kubescribe.git.transport.secret import Credentials
+from kubescribe.git.urlpolicy import UrlRefused, check_transfer
 
 CallbacksFactory = Callable[[], pygit2.RemoteCallbacks]
 
@@ -66,7 +66,7 @@ class PushRejected(RemoteError):
     """The remote refused the update because it moved (not a fast-forward): fetch, rebuild
     from cluster state and push again."""
 
-    default_reason = "PushRejected"
+    default_reason = c.PUSH_REJECTED
 
 
 class PushDenied(RemoteError):
@@ -86,7 +86,7 @@ class RemoteUnavailable(RemoteError):
 class SigningUnavailable(Exception):
     """Commits must be signed and the key is not available: nothing is committed."""
 
-    reason = "SigningKeyMissing"
+    reason = c.SIGNING_KEY_MISSING
 
 
 class CommitSigner(Protocol):
@@ -353,7 +353,7 @@ class GitRepository:
             check_transfer(self.url)
         except UrlRefused as refused:
             raise RemoteUnavailable(
-                f"{what} refused: {refused.message} ({refused.reason})", URL_REFUSED
+                f"{what} refused: {refused.message} ({refused.reason})", c.URL_REFUSED
             ) from None
 
     def _classify(

@@ -18,7 +18,7 @@ import pygit2
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from kubescribe.git.credentials import fingerprint
+from kubescribe.git.transport.known_hosts import fingerprint
 
 NAMESPACE = "git"
 DEFAULT_COMMENT = "kubescribe"

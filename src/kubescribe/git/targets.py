@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from kubescribe.api import conditions as c
 from kubescribe.git.windowing import (
     Group,
 )
@@ -22,21 +23,16 @@ Item = Change | Snapshot | Group
 Refusal = tuple[Identity, str, str]
 """(identity, reason, message) of a document that was not written."""
 
-# WriteReport reasons (stable: they become condition reasons).
-PUSHED = "Pushed"
-REMOTE_UNREACHABLE = "RemoteUnreachable"
-PUSH_REJECTED = "PushRejected"
-WRITE_FAILED = "WriteFailed"
-DUPLICATE_IDENTITY = "DuplicateIdentity"  # a second document of one object: the first counts
-PATH_CONFLICT = "PathConflict"
-INVALID_PATH = "InvalidPath"
-RENDER_FAILED = "RenderFailed"
-REENCRYPT_FAILED = "ReencryptFailed"
-# A change a kustomization governs in a way the operator does not write through.
-KUSTOMIZE_UNSUPPORTED = "KustomizeUnsupported"
-# `kustomize build` of the folder does not render the live object (render check).
-RENDER_MISMATCH = "RenderMismatch"
-RENDER_REASONS = frozenset({KUSTOMIZE_UNSUPPORTED, RENDER_MISMATCH})
+# The reasons the build and the worker report, from the catalogue (`api/conditions.py`).
+PUSHED = c.PUSHED
+WRITE_FAILED = c.WRITE_FAILED
+DUPLICATE_IDENTITY = c.DUPLICATE_IDENTITY
+PATH_CONFLICT = c.PATH_CONFLICT
+INVALID_PATH = c.INVALID_PATH
+RENDER_FAILED = c.RENDER_FAILED
+REENCRYPT_FAILED = c.REENCRYPT_FAILED
+KUSTOMIZE_UNSUPPORTED = c.KUSTOMIZE_UNSUPPORTED
+RENDER_MISMATCH = c.RENDER_MISMATCH
 SOPS_CONFIG = ".sops.yaml"
 
 RETRY_INITIAL = 0.5
@@ -173,8 +169,9 @@ class WriteReport:
     `refused` documents were not written in this attempt; `failing` are all the target's
     documents that could not be written since and still wait for a change (refused earlier and
     not written, deleted or gone from the cluster since). `ok` is about the push, not them.
-    Documents `kustomize build` does not render as live carry a reason in `RENDER_REASONS`;
-    `kustomization` is the kustomization the target writes through, if any.
+    Documents `kustomize build` does not render as live carry a reason in
+    `api.conditions.RENDER_REASONS`; `kustomization` is the kustomization the target writes
+    through, if any.
     """
 
     target: TargetKey

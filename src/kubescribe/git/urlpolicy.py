@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import urlsplit
 
-URL_REFUSED = "UrlRefused"
 """The condition reason of a refused URL (its `UrlRefusal` says why)."""
 
 

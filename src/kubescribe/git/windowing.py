@@ -108,7 +108,7 @@ class RequestHandle:
             try:
                 self.on_progress(reason, message)
             except Exception:  # a callback must not stop the writer
-                log.exception("request progress callback failed")
+                log.exception("window.progress_callback_failed")
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,7 @@ class Admission:
         except asyncio.CancelledError:
             raise
         except Exception:  # attribution costs author fidelity, never the change
-            log.exception("author resolution failed", kind=identity.kind)
+            log.exception("window.author_resolution_failed", kind=identity.kind)
             return None
 
     def _resolved(self, target: TargetKey, _: object) -> None:

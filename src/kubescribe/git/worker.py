@@ -350,7 +350,7 @@ class BranchWorker:
             try:
                 self._on_pushed(cursors)
             except Exception:  # a callback must not stop the writer
-                self._log.exception("on_pushed callback failed")
+                self._log.exception("worker.on_pushed_failed")
 
     def _failed(
         self, batch: list[Item], targets: Mapping[TargetKey, TargetConfig], exc: Exception
@@ -359,9 +359,9 @@ class BranchWorker:
             reason, message = exc.reason, str(exc)
         else:
             reason, message = WRITE_FAILED, f"{type(exc).__name__}: {exc}"
-            self._log.error("write failed", exc_info=exc)
+            self._log.error("worker.write_error", exc_info=exc)
         self._log.warning(
-            "write failed, will retry", reason=reason, error=message, items=len(batch)
+            "worker.write_failed", reason=reason, error=message, items=len(batch)
         )
         for item in batch:
             if isinstance(item, Group) and item.request is not None:
@@ -440,7 +440,7 @@ class BranchWorker:
         try:
             self._on_report(report)
         except Exception:  # a callback must not stop the writer
-            self._log.exception("on_report callback failed")
+            self._log.exception("worker.on_report_failed")
 
 
 @dataclass

@@ -18,6 +18,7 @@ from typing import Any
 import pygit2
 
 from kubescribe import metrics
+from kubescribe.api import conditions as c
 from kubescribe.git.build import Build, BuildCache, Outcome
 from kubescribe.git.pending import PendingObjects
 from kubescribe.git.repack import PACK_LIMIT, pack_count, tidy
@@ -32,7 +33,6 @@ from kubescribe.git.repo import (
 from kubescribe.git.targets import Committer, Item, TargetConfig
 from kubescribe.mirror.changes import TargetKey
 
-CACHE_UNWRITABLE = "CacheUnwritable"
 _PROBE_SIZE = 1 << 20  # a batch's pack needs room too, not a few bytes
 
 
@@ -40,7 +40,7 @@ class CacheUnwritable(Exception):
     """The object cache cannot be written (a full or read-only disk): nothing is lost, the
     batch is kept and retried; the message names the directory and the system's error."""
 
-    reason = CACHE_UNWRITABLE
+    reason = c.CACHE_UNWRITABLE
 
 
 def cache_problem(cache_dir: Path, exc: BaseException) -> str | None:
@@ -119,7 +119,7 @@ class Writer:
             self.tip = self.open().fetch(self.branch)
             self.tip_known = True
             self.log.info(
-                "fetched",
+                "writer.fetched",
                 tip=str(self.tip) if self.tip else None,
                 seconds=round(time.perf_counter() - started, 3),
             )
@@ -145,7 +145,7 @@ class Writer:
                     build.index(config)
         except Exception as exc:  # the first write retries and reports
             self.tip_known = False
-            self.log.warning("warm-up failed", error=str(exc))
+            self.log.warning("writer.warm_up_failed", error=str(exc))
         finally:
             self._discard()
         self._tidy()
@@ -196,7 +196,7 @@ class Writer:
                     raise
                 self.tip_known = False
                 self.log.info(
-                    "push rejected, rebuilding on the new remote tip", attempt=attempt + 1
+                    "writer.push_rejected", attempt=attempt + 1
                 )
                 time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.5))
                 continue
@@ -210,7 +210,7 @@ class Writer:
             self.tip = build.head
             build.commit_state()
             self.log.info(
-                "pushed",
+                "writer.pushed",
                 tip=str(build.head),
                 items=len(batch),
                 commits=sum(build.commits.values()),

@@ -1,14 +1,25 @@
-"""Builders for the kubescribe objects the end-to-end tests apply."""
+"""Builders of the Kubernetes objects tests apply (kubescribe's own kinds, Secrets, ConfigMaps)
+and of the paths the mirror writes them to."""
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from kubescribe.devenv.httpgit import HttpsGitServer
 
 API = "kubescribe.io/v1alpha1"
 PASSWORD = "correct-horse-battery-staple"  # of the `writer` user of the HTTPS Git server
+CM_RULE: dict[str, Any] = {"apiGroups": [""], "resources": ["configmaps"]}
+
+
+def cm_path(namespace: str, name: str, folder: str = "mirror") -> str:
+    """Where the mirror writes ConfigMap `namespace/name` (a GitTarget with path `folder`)."""
+    return f"{folder}/{namespace}/core/configmaps/{name}.yaml"
 
 
 def provider(name: str, namespace: str, url: str, **spec: Any) -> dict[str, Any]:
@@ -79,19 +90,54 @@ def commit_request(
     return {"apiVersion": API, "kind": "CommitRequest", "metadata": meta, "spec": spec}
 
 
-def secret(name: str, namespace: str, data: dict[str, str | bytes]) -> dict[str, Any]:
+def secret(
+    name: str,
+    namespace: str,
+    data: Mapping[str, str | bytes],
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """An Opaque Secret with `data` (base64-encoded here)."""
     encoded = {
         key: base64.b64encode(v.encode() if isinstance(v, str) else v).decode()
         for key, v in data.items()
     }
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels:
+        metadata["labels"] = dict(labels)
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": metadata,
         "type": "Opaque",
         "data": encoded,
     }
 
 
+def string_secret(name: str, namespace: str, **string_data: str) -> dict[str, Any]:
+    """An Opaque Secret with `stringData`: its values stay plain text in the manifest (so a
+    test can look for them anywhere the manifest is copied to)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "type": "Opaque",
+        "stringData": string_data,
+    }
+
+
 def https_secret(name: str, ns: str, server: HttpsGitServer, user: str, password: str) -> Any:
     return secret(name, ns, {"username": user, "password": password, "ca.crt": server.ca_pem})
+
+
+def keypair() -> tuple[str, str]:
+    """(OpenSSH private key text, public key line) of a new ed25519 key."""
+    key = ed25519.Ed25519PrivateKey.generate()
+    private = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.OpenSSH,
+        serialization.NoEncryption(),
+    ).decode()
+    public = key.public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    )
+    return private, public.decode()
