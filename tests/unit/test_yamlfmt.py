@@ -20,6 +20,8 @@ AMBIGUOUS = [
     "null", "Null", "NULL", "~", "",
     # ints
     "0", "12", "-3", "+12", "014", "0o14", "0x1F", "0b101", "1_000", "1:20", "-1:20:30",
+    # go-yaml v3 (sops) drops every underscore before it parses a number
+    "0_X0", "0_x1F", "_1", "1_e3", "0_b1", "1_._5",
     # floats
     "1.5", "1e3", "1E3", "1e-3", ".5", "-.5", "1.", "1.0e+3", "+.5", "190:20:30.15",
     ".inf", ".Inf", ".INF", "-.inf", "-.INF", "+.inf", ".nan", ".NaN", ".NAN",

@@ -51,7 +51,10 @@ _NO_WRAP = -1
 
 
 def _resolves_to_non_string(s: str) -> bool:
-    return s != s.strip() or _NON_STRING_SCALARS.fullmatch(s) is not None
+    if s != s.strip() or _NON_STRING_SCALARS.fullmatch(s) is not None:
+        return True
+    # go-yaml v3 (behind sops) removes every underscore before it tries a number: "0_X0" is 0.
+    return "_" in s and _NON_STRING_SCALARS.fullmatch(s.replace("_", "")) is not None
 
 
 def _represent_str(dumper: "_Dumper", data: str) -> yaml.ScalarNode:
