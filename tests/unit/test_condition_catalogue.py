@@ -7,7 +7,7 @@ import re
 
 from kubescribe.api import conditions as c
 from kubescribe.devenv.apidoc import README
-from kubescribe.git import targets, windowing
+from kubescribe.git import intake, targets
 
 
 def _table() -> list[list[str]]:
@@ -43,10 +43,10 @@ def test_types_and_reasons_are_valid_condition_reasons() -> None:
 
 def test_reasons_the_git_write_path_names_for_itself_are_catalogued() -> None:
     named = {
-        windowing.PUSHED,
-        windowing.NOTHING_TO_COMMIT,
-        windowing.TARGET_NOT_WRITABLE,
-        windowing.WORKER_STOPPED,
+        intake.PUSHED,
+        intake.NOTHING_TO_COMMIT,
+        intake.TARGET_NOT_WRITABLE,
+        intake.WORKER_STOPPED,
         targets.WRITE_FAILED,
         targets.DUPLICATE_IDENTITY,
     }

@@ -1,4 +1,4 @@
-"""The worker's admission (authors, windows, CommitRequest handles) with a fake clock, a fake
+"""The worker's intake (authors, windows, CommitRequest handles) with a fake clock, a fake
 resolver and a list as the commit queue: no Git, no sockets."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from kubescribe.api.conditions import NOTHING_TO_COMMIT, TARGET_NOT_WRITABLE, WORKER_STOPPED
-from kubescribe.git.windowing import Admission, Group
+from kubescribe.git.intake import Group, Intake
 from kubescribe.mirror.authors import UNRESOLVED, AttributionMode, Author, ObjectEvent
 from kubescribe.mirror.changes import Change, Cursor, Operation, Snapshot, TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
@@ -64,7 +64,7 @@ class Fixture:
         self.out: list[Change | Snapshot | Group] = []
         self.wakes = 0
         self.targets = {TargetKey("ns", k): v for k, v in targets.items()}
-        self.admission = Admission(
+        self.intake = Intake(
             branch="main",
             committer=COMMITTER,
             settings=self.targets.get,
@@ -97,28 +97,28 @@ def test_window_zero_configured_author_is_the_fast_path() -> None:
     f = Fixture(a=Settings(window=WindowPolicy(0)))
     item = change("x", author=ALICE)
 
-    f.admission.enter(item)
+    f.intake.enter(item)
 
     assert len(f.out) == 1
     out = f.out[0]
     assert isinstance(out, Change)
     assert out.author is None  # configured-author: the committer, whoever acted
-    assert f.admission.pending == 0
+    assert f.intake.pending == 0
 
 
 def test_silence_closes_the_window_into_a_group() -> None:
     f = Fixture(a=Settings())
-    f.admission.enter(change("one"))
+    f.intake.enter(change("one"))
     f.now += 3
-    f.admission.enter(change("two"))
+    f.intake.enter(change("two"))
 
     assert f.out == []
-    assert f.admission.next_deadline() == 108
+    assert f.intake.next_deadline() == 108
     f.now = 107.9
-    f.admission.close_due()
+    f.intake.close_due()
     assert f.out == []
     f.now = 108
-    f.admission.close_due()
+    f.intake.close_due()
     [group] = f.out
     assert isinstance(group, Group)
     assert group.reason is CloseReason.SILENCE
@@ -128,8 +128,8 @@ def test_silence_closes_the_window_into_a_group() -> None:
 
 def test_snapshot_closes_the_window_first_and_is_never_grouped() -> None:
     f = Fixture(a=Settings())
-    f.admission.enter(change("one"))
-    f.admission.enter(Snapshot(A, CONFIGMAPS, "ns", {}, 0.0))
+    f.intake.enter(change("one"))
+    f.intake.enter(Snapshot(A, CONFIGMAPS, "ns", {}, 0.0))
 
     assert f.names() == [["one"], "snapshot"]
     first = f.out[0]
@@ -141,10 +141,10 @@ async def test_resolution_is_concurrent_and_fifo_per_target() -> None:
     resolver = Resolver()
     attributed = Settings(window=WindowPolicy(0), attribution=AttributionMode.ATTRIBUTED)
     f = Fixture(resolver, a=attributed, b=attributed)
-    f.admission.enter(change("slow"))
-    f.admission.enter(change("fast"))
-    f.admission.enter(Snapshot(A, CONFIGMAPS, "ns", {}, 0.0))
-    f.admission.enter(change("other", B))
+    f.intake.enter(change("slow"))
+    f.intake.enter(change("fast"))
+    f.intake.enter(Snapshot(A, CONFIGMAPS, "ns", {}, 0.0))
+    f.intake.enter(change("other", B))
     await settle()
 
     assert [e.name for e in resolver.events] == ["slow", "fast", "other"]
@@ -154,7 +154,7 @@ async def test_resolution_is_concurrent_and_fifo_per_target() -> None:
     resolver.answer("other", ALICE)
     await settle()
     assert f.names() == ["other"]  # target b does not wait for target a
-    assert f.admission.pending == 3
+    assert f.intake.pending == 3
 
     resolver.answer("slow", None)
     await settle()
@@ -168,7 +168,7 @@ async def test_a_change_with_an_author_is_not_resolved_again() -> None:
     f = Fixture(
         resolver, a=Settings(window=WindowPolicy(0), attribution=AttributionMode.ATTRIBUTED)
     )
-    f.admission.enter(change("known", author=ALICE))
+    f.intake.enter(change("known", author=ALICE))
     await settle()
     assert resolver.events == []
     assert f.names() == ["known"]
@@ -177,30 +177,30 @@ async def test_a_change_with_an_author_is_not_resolved_again() -> None:
 async def test_shutdown_admits_unresolved_changes_and_closes_windows() -> None:
     resolver = Resolver()
     f = Fixture(resolver, a=Settings(attribution=AttributionMode.ATTRIBUTED))
-    f.admission.enter(change("waiting"))
+    f.intake.enter(change("waiting"))
     await settle()
-    held = f.admission.hold(A, ALICE)
+    held = f.intake.hold(A, ALICE)
 
-    f.admission.shutdown()
+    f.intake.shutdown()
 
     [group] = f.out
     assert isinstance(group, Group)
     assert group.reason is CloseReason.SHUTDOWN
     assert group.author == UNRESOLVED
     assert held.future.result().reason == WORKER_STOPPED
-    f.admission.enter(change("late"))
+    f.intake.enter(change("late"))
     assert f.names()[-1] == "late"  # after shutdown: no windows
 
 
 async def test_request_closes_only_its_authors_window() -> None:
     f = Fixture(a=Settings(attribution=AttributionMode.ATTRIBUTED))
-    f.admission.enter(change("alices", author=ALICE))
-    mine = f.admission.hold(A, ALICE)
-    other = f.admission.hold(A, None)  # unknown requester: only an unresolved window
+    f.intake.enter(change("alices", author=ALICE))
+    mine = f.intake.hold(A, ALICE)
+    other = f.intake.hold(A, None)  # unknown requester: only an unresolved window
 
-    nothing = await f.admission.fire(other, "not yours")
+    nothing = await f.intake.fire(other, "not yours")
     assert nothing.reason == NOTHING_TO_COMMIT
-    f.admission.fire(mine, "Alice's release")
+    f.intake.fire(mine, "Alice's release")
 
     [group] = f.out
     assert isinstance(group, Group)
@@ -217,10 +217,10 @@ async def test_fire_waits_behind_pending_resolutions() -> None:
     f = Fixture(
         resolver, a=Settings(window=WindowPolicy(0), attribution=AttributionMode.ATTRIBUTED)
     )
-    handle = f.admission.hold(A, UNRESOLVED)
-    f.admission.enter(change("before-the-request"))
+    handle = f.intake.hold(A, UNRESOLVED)
+    f.intake.enter(change("before-the-request"))
     await settle()
-    f.admission.fire(handle, "Save")
+    f.intake.fire(handle, "Save")
     assert f.out == []  # the marker waits in the target's FIFO
 
     resolver.answer("before-the-request", None)
@@ -233,12 +233,12 @@ async def test_fire_waits_behind_pending_resolutions() -> None:
 
 async def test_a_request_for_a_removed_target_fails_and_its_window_closes() -> None:
     f = Fixture(a=Settings(), b=Settings())
-    f.admission.enter(change("x"))
-    handle = f.admission.hold(A, None)
+    f.intake.enter(change("x"))
+    handle = f.intake.hold(A, None)
     targets = dict(f.targets)
     del f.targets[A]
 
-    f.admission.reconfigure(targets.get, f.targets.get)
+    f.intake.reconfigure(targets.get, f.targets.get)
 
     assert handle.future.result().reason == TARGET_NOT_WRITABLE
     [group] = f.out
@@ -248,20 +248,20 @@ async def test_a_request_for_a_removed_target_fails_and_its_window_closes() -> N
 
 def test_reconfiguring_the_window_to_zero_closes_it_and_a_longer_one_keeps_it() -> None:
     f = Fixture(a=Settings())
-    f.admission.enter(change("x"))
+    f.intake.enter(change("x"))
     old = dict(f.targets)
     f.targets[A] = Settings(window=WindowPolicy(60))
-    f.admission.reconfigure(old.get, f.targets.get)
+    f.intake.reconfigure(old.get, f.targets.get)
     assert f.out == []
-    assert f.admission.next_deadline() == 160
+    assert f.intake.next_deadline() == 160
 
     old = dict(f.targets)
     f.targets[A] = Settings(window=WindowPolicy(0))
-    f.admission.reconfigure(old.get, f.targets.get)
+    f.intake.reconfigure(old.get, f.targets.get)
     assert f.names() == [["x"]]
 
 
 async def test_hold_on_an_unknown_target_fails_at_once() -> None:
     f = Fixture(a=Settings())
-    handle = f.admission.hold(B, None)
+    handle = f.intake.hold(B, None)
     assert handle.future.result().reason == TARGET_NOT_WRITABLE

@@ -36,7 +36,7 @@ from kubescribe.api import conditions as c
 from kubescribe.api.models import CommitRequestSpec
 from kubescribe.controller.desired import TargetPlan
 from kubescribe.controller.status import Cond, StatusWriter, build_status
-from kubescribe.git.windowing import (
+from kubescribe.git.intake import (
     RequestHandle,
     RequestOutcome,
 )

@@ -16,6 +16,10 @@ import pygit2
 
 from kubescribe import metrics
 from kubescribe.git.index import Entry, TargetIndex, folder_tree
+from kubescribe.git.intake import (
+    Group,
+    RequestHandle,
+)
 from kubescribe.git.targets import (
     DUPLICATE_IDENTITY,
     INVALID_PATH,
@@ -34,10 +38,6 @@ from kubescribe.git.targets import (
     upkeep_key,
 )
 from kubescribe.git.tree import TreeConflict, edit_tree
-from kubescribe.git.windowing import (
-    Group,
-    RequestHandle,
-)
 from kubescribe.gitnames import has_reserved_segment
 from kubescribe.mirror import docedit, messages
 from kubescribe.mirror.authors import Author

@@ -1,4 +1,5 @@
-"""Between `BranchWorker.submit` and the commit queue: authors and commit windows.
+"""The intake of a branch worker, between `submit` and the commit queue: authors and commit
+windows (the window rules are pure, in `kubescribe.mirror.window`).
 
 Per target, items keep their order (FIFO). A change whose author must be resolved (mode
 `attributed-author`, no author yet, a resolver configured) waits for its resolution; later
@@ -159,7 +160,7 @@ class _Pending:
         return self.task is None or self.task.done()
 
 
-class Admission:
+class Intake:
     """Authors and windows of one branch worker; emits what is ready to be committed."""
 
     def __init__(

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from kubescribe.api import conditions as c
-from kubescribe.git.windowing import (
+from kubescribe.git.intake import (
     Group,
 )
 from kubescribe.mirror import messages

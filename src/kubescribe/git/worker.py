@@ -27,6 +27,15 @@ import structlog
 
 from kubescribe import metrics
 from kubescribe.git.build import Outcome, RequestResult, TargetResult
+from kubescribe.git.intake import (
+    NOTHING_TO_COMMIT,
+    TARGET_NOT_WRITABLE,
+    WORKER_STOPPED,
+    Group,
+    Intake,
+    RequestHandle,
+    RequestOutcome,
+)
 from kubescribe.git.repo import (
     CallbacksFactory,
     CommitSigner,
@@ -47,15 +56,6 @@ from kubescribe.git.targets import (
     TargetConfig,
     WriteReport,
     upkeep_key,
-)
-from kubescribe.git.windowing import (
-    NOTHING_TO_COMMIT,
-    TARGET_NOT_WRITABLE,
-    WORKER_STOPPED,
-    Admission,
-    Group,
-    RequestHandle,
-    RequestOutcome,
 )
 from kubescribe.git.writer import CacheUnwritable, Writer
 from kubescribe.mirror.authors import Author, AuthorResolver
@@ -122,7 +122,7 @@ class BranchWorker:
             max_rebuilds=max_rebuilds,
             logger=self._log,
         )
-        self._admission = Admission(
+        self._intake = Intake(
             branch=branch,
             committer=Author(committer.name, committer.email),
             settings=self._target_settings,
@@ -144,7 +144,7 @@ class BranchWorker:
                 if paths_overlap(a.folder, b.folder):
                     raise ValueError(f"targets {a.key} and {b.key} have overlapping folders")
         old, self._targets = self._targets, {t.key: t for t in targets}
-        self._admission.reconfigure(old.get, self._targets.get)
+        self._intake.reconfigure(old.get, self._targets.get)
         if any(upkeep_key(t) != upkeep_key(old.get(t.key)) for t in targets):
             self._upkeep_due = True  # encryption changed: check the folders even if idle
             self._wake.set()
@@ -163,7 +163,7 @@ class BranchWorker:
             raise RuntimeError("branch worker is stopped")
         if isinstance(item, Group):
             raise TypeError("groups are made by the commit window, not submitted")
-        self._admission.enter(item)  # author and window rules; then `_enqueue`
+        self._intake.enter(item)  # author and window rules; then `_enqueue`
 
     def _enqueue(self, item: Item) -> None:
         self._queue.append(item)
@@ -196,17 +196,17 @@ class BranchWorker:
     ) -> RequestHandle:
         """Keep the requester's commit window of `target` open (also with window 0) until
         `fire` or `release`. `on_progress(reason, message)` reports a push being retried."""
-        return self._admission.hold(target, requester, on_progress)
+        return self._intake.hold(target, requester, on_progress)
 
     def fire(self, handle: RequestHandle, message: str) -> asyncio.Future[RequestOutcome]:
         """Close the held window with `message` after every item submitted so far; the future
         resolves once that commit is pushed (or nothing needed committing, or the target is
         no longer written). It is never failed by a timeout: a failing push is retried."""
-        return self._admission.fire(handle, message)
+        return self._intake.fire(handle, message)
 
     def release(self, handle: RequestHandle) -> None:
         """Stop holding (before `fire`): the window closes by its own rules again."""
-        self._admission.release(handle)
+        self._intake.release(handle)
 
     def start(self) -> None:
         if self._task is not None:
@@ -219,7 +219,7 @@ class BranchWorker:
     async def stop(self, timeout: float = 30.0) -> bool:
         """Write what is queued, then stop. False if that did not finish within `timeout`
         (what was not pushed is not acknowledged: nothing is lost, it is replayed later)."""
-        self._admission.shutdown()  # open windows close (reason shutdown) and are written
+        self._intake.shutdown()  # open windows close (reason shutdown) and are written
         self._stopping = True
         self._wake.set()
         self._retry_now.set()
@@ -247,14 +247,14 @@ class BranchWorker:
     @property
     def pending(self) -> int:
         """Items not yet pushed: queued, being written, or kept after a failed write."""
-        return len(self._queue) + len(self._unpushed) + self._admission.pending
+        return len(self._queue) + len(self._unpushed) + self._intake.pending
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._writer.warm_up, dict(self._targets))
         failures = 0
         while True:
-            self._admission.close_due()
+            self._intake.close_due()
             if not self._queue and not self._unpushed and not self._upkeep_due:
                 if self._stopping:
                     return
@@ -285,7 +285,7 @@ class BranchWorker:
 
     async def _idle(self) -> None:
         """Wait for an item, or until the next commit window deadline."""
-        deadline = self._admission.next_deadline()
+        deadline = self._intake.next_deadline()
         if deadline is None:
             await self._wake.wait()
             return
@@ -360,9 +360,7 @@ class BranchWorker:
         else:
             reason, message = WRITE_FAILED, f"{type(exc).__name__}: {exc}"
             self._log.error("worker.write_error", exc_info=exc)
-        self._log.warning(
-            "worker.write_failed", reason=reason, error=message, items=len(batch)
-        )
+        self._log.warning("worker.write_failed", reason=reason, error=message, items=len(batch))
         for item in batch:
             if isinstance(item, Group) and item.request is not None:
                 if item.target in targets:
@@ -405,7 +403,7 @@ class BranchWorker:
                 request.finish(self._not_written(item.target))
                 continue
             result = outcome.requests.get(request, RequestResult())
-            author = item.author or self._admission.committer
+            author = item.author or self._intake.committer
             if result.refused:
                 _, reason, why = result.refused[0]
                 more = f" (and {len(result.refused) - 1} more)" if len(result.refused) > 1 else ""

@@ -195,9 +195,7 @@ class Writer:
                 if attempt == self.max_rebuilds:
                     raise
                 self.tip_known = False
-                self.log.info(
-                    "writer.push_rejected", attempt=attempt + 1
-                )
+                self.log.info("writer.push_rejected", attempt=attempt + 1)
                 time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.5))
                 continue
             except PushDenied:
