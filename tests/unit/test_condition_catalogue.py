@@ -7,7 +7,6 @@ import re
 
 from kubescribe.api import conditions as c
 from kubescribe.devenv.apidoc import README
-from kubescribe.git import intake, targets
 
 
 def _table() -> list[list[str]]:
@@ -39,15 +38,3 @@ def test_types_and_reasons_are_valid_condition_reasons() -> None:
     for value in c.REASONS | c.CONDITION_TYPES:
         assert c.set_condition([], c.READY, "True", value, "", 1, "now")[0]["reason"] == value
     assert c.STALLED_REASONS <= c.REASONS
-
-
-def test_reasons_the_git_write_path_names_for_itself_are_catalogued() -> None:
-    named = {
-        intake.PUSHED,
-        intake.NOTHING_TO_COMMIT,
-        intake.TARGET_NOT_WRITABLE,
-        intake.WORKER_STOPPED,
-        targets.WRITE_FAILED,
-        targets.DUPLICATE_IDENTITY,
-    }
-    assert named <= c.REASONS | c.CONDITION_TYPES

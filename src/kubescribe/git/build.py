@@ -15,19 +15,13 @@ from typing import Any
 import pygit2
 
 from kubescribe import metrics
+from kubescribe.api import conditions as c
 from kubescribe.git.index import Entry, TargetIndex, folder_tree
 from kubescribe.git.intake import (
     Group,
     RequestHandle,
 )
 from kubescribe.git.targets import (
-    DUPLICATE_IDENTITY,
-    INVALID_PATH,
-    KUSTOMIZE_UNSUPPORTED,
-    PATH_CONFLICT,
-    REENCRYPT_FAILED,
-    RENDER_FAILED,
-    RENDER_MISMATCH,
     SOPS_CONFIG,
     Committer,
     Encrypting,
@@ -382,7 +376,7 @@ class Build:
         retained.update(kept)
         failing = self.failing[config.key]
         for identity in [i for i in failing if snapshot.in_scope(i)]:
-            held = failing[identity][0] == KUSTOMIZE_UNSUPPORTED and identity in index
+            held = failing[identity][0] == c.KUSTOMIZE_UNSUPPORTED and identity in index
             if identity not in snapshot.documents and not held:  # held: a patch keeps it
                 del failing[identity]
 
@@ -415,7 +409,7 @@ class Build:
         """Plan writing one document where it lives (or at its layout path, if new)."""
         tree = self.ktrees.get(config.key)
         if config.key in self.kerrors:
-            self._refuse(config, identity, KUSTOMIZE_UNSUPPORTED, self.kerrors[config.key])
+            self._refuse(config, identity, c.KUSTOMIZE_UNSUPPORTED, self.kerrors[config.key])
         elif tree is not None:
             self._upsert_kustomized(config, plan, identity, rtype, document, tree)
         else:
@@ -465,9 +459,9 @@ class Build:
             else:
                 path = _swap_suffix(entry.path, encrypted)
             if (entry is None or entry.path != path) and has_reserved_segment(path):
-                raise RefusedContent(INVALID_PATH, f"{path}: Git refuses a segment of this path")
+                raise RefusedContent(c.INVALID_PATH, f"{path}: Git refuses a segment of this path")
             if multi is None and not plan.free(path, identity):
-                raise RefusedContent(PATH_CONFLICT, f"{path} already holds another file")
+                raise RefusedContent(c.PATH_CONFLICT, f"{path} already holds another file")
             data = config.renderer.render(identity, rtype, document, previous)
             if previous is not None and not encrypted:
                 # A file a person keeps: unchanged content keeps its bytes, a change keeps
@@ -484,7 +478,7 @@ class Build:
         except Exception as exc:  # one bad document must not block the branch
             self.log.exception("build.render_failed", target=str(config.key), kind=identity.kind)
             where = f"{path}: " if path else ""
-            self._refuse(config, identity, RENDER_FAILED, f"{where}{type(exc).__name__}: {exc}")
+            self._refuse(config, identity, c.RENDER_FAILED, f"{where}{type(exc).__name__}: {exc}")
             return None
         oid = pygit2.hash(data)
         self.failing[config.key].pop(identity, None)
@@ -532,7 +526,7 @@ class Build:
                 self._refuse(
                     config,
                     identity,
-                    KUSTOMIZE_UNSUPPORTED,
+                    c.KUSTOMIZE_UNSUPPORTED,
                     f"not written through: {entry.path} is not rendered by {root}",
                 )
                 return
@@ -541,7 +535,7 @@ class Build:
                 self._refuse(
                     config,
                     identity,
-                    KUSTOMIZE_UNSUPPORTED,
+                    c.KUSTOMIZE_UNSUPPORTED,
                     f"not written through: rendered from the multi-document file {held}",
                 )
                 return
@@ -565,7 +559,9 @@ class Build:
         if problem is not None:
             if config.kustomize.write_unsupported:
                 self._write(config, plan, identity, rtype, document, tree.root)
-            self._refuse(config, identity, KUSTOMIZE_UNSUPPORTED, f"not written through: {problem}")
+            self._refuse(
+                config, identity, c.KUSTOMIZE_UNSUPPORTED, f"not written through: {problem}"
+            )
             return
         placed_as = Identity(identity.group, identity.kind, identity.namespace, base_name)
         path = self._write(config, plan, identity, rtype, content, tree.root, placed_as)
@@ -618,7 +614,7 @@ class Build:
                 self._refuse(
                     config,
                     identity,
-                    KUSTOMIZE_UNSUPPORTED,
+                    c.KUSTOMIZE_UNSUPPORTED,
                     f"not removed: {patch} targets it (remove the patch first)",
                 )
                 return
@@ -673,7 +669,7 @@ class Build:
                 break
             except TreeConflict as conflict:
                 identity = plan.drop(conflict.path)
-                self._refuse(config, identity, PATH_CONFLICT, str(conflict))
+                self._refuse(config, identity, c.PATH_CONFLICT, str(conflict))
             except Exception:  # one document Git will not store must not block the branch
                 if not self._drop_unwritable(config, plan):
                     raise
@@ -699,7 +695,7 @@ class Build:
             except TreeConflict:
                 continue  # the retry reports it
             except Exception as exc:
-                self._refuse(config, plan.drop(path), INVALID_PATH, f"{path}: {exc}")
+                self._refuse(config, plan.drop(path), c.INVALID_PATH, f"{path}: {exc}")
                 found = True
         return found
 
@@ -727,13 +723,13 @@ class Build:
                 rendered = self._kustomize_build(binary, config.folder, ktree.root)
             except Exception as exc:
                 first = min(changed, key=_sort_key)
-                failing[first] = (RENDER_MISMATCH, f"kustomize build failed: {exc}")
+                failing[first] = (c.RENDER_MISMATCH, f"kustomize build failed: {exc}")
                 metrics.RENDER_CHECKS.labels("failed").inc()
                 continue
             for identity, change in changed.items():
                 if config.renderer.encrypted(change.rtype) or failing.get(identity, ("",))[
                     0
-                ] not in (RENDER_MISMATCH, ""):
+                ] not in (c.RENDER_MISMATCH, ""):
                     continue  # ciphertext, or already reported for another reason
                 got = rendered.get(identity)
                 want = None if change.document is None else dict(change.document)
@@ -742,7 +738,7 @@ class Build:
                     failing.pop(identity, None)
                 else:
                     what = "still renders" if want is None else "renders differently"
-                    failing[identity] = (RENDER_MISMATCH, f"kustomize build {what} than live")
+                    failing[identity] = (c.RENDER_MISMATCH, f"kustomize build {what} than live")
             metrics.RENDER_CHECK_SECONDS.observe(time.perf_counter() - started)
             self.log.info(
                 "build.render_check",
@@ -820,7 +816,7 @@ class Build:
                 if isinstance(exc, RefusedContent):
                     self._refuse(config, identity, exc.reason, exc.message)
                 else:
-                    self._refuse(config, identity, REENCRYPT_FAILED, type(exc).__name__)
+                    self._refuse(config, identity, c.REENCRYPT_FAILED, type(exc).__name__)
                 continue
             oid = pygit2.hash(data)
             self.repo.create_blob(data)
@@ -899,7 +895,7 @@ class Build:
                 for i, why in sorted(self.failing[key].items(), key=lambda f: _sort_key(f[0]))
             ]
             result.failing += [
-                (identity, DUPLICATE_IDENTITY, f"{path} holds it again; {first} is the document")
+                (identity, c.DUPLICATE_IDENTITY, f"{path} holds it again; {first} is the document")
                 for path, identity, first in index.duplicated
                 if identity in index
             ]

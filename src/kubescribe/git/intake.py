@@ -31,6 +31,7 @@ from typing import Protocol
 import structlog
 
 from kubescribe import metrics
+from kubescribe.api import conditions as c
 from kubescribe.mirror.authors import (
     UNRESOLVED,
     AttributionMode,
@@ -46,10 +47,6 @@ from kubescribe.mirror.window import Closed, CloseReason, Hold, WindowPolicy, Wi
 log = structlog.get_logger(__name__)
 
 # RequestOutcome reasons (stable: they become CommitRequest condition reasons).
-PUSHED = "Pushed"
-NOTHING_TO_COMMIT = "NothingToCommit"
-TARGET_NOT_WRITABLE = "TargetNotWritable"
-WORKER_STOPPED = "WorkerStopped"
 
 
 class WindowSettings(Protocol):
@@ -81,7 +78,7 @@ class RequestOutcome:
 
     @property
     def ok(self) -> bool:
-        return self.reason in (PUSHED, NOTHING_TO_COMMIT)
+        return self.reason in (c.PUSHED, c.NOTHING_TO_COMMIT)
 
 
 @dataclass(eq=False)
@@ -338,7 +335,7 @@ class Intake:
             self._drop(handle)
             handle.finish(
                 RequestOutcome(
-                    TARGET_NOT_WRITABLE,
+                    c.TARGET_NOT_WRITABLE,
                     f"GitTarget {handle.target} is no longer written by this worker",
                     self.branch,
                 )
@@ -359,7 +356,9 @@ class Intake:
             self._closed(closed)
         for handle in list(self._handles):
             self._drop(handle)
-            handle.finish(RequestOutcome(WORKER_STOPPED, "The branch worker stopped", self.branch))
+            handle.finish(
+                RequestOutcome(c.WORKER_STOPPED, "The branch worker stopped", self.branch)
+            )
 
     # -- requests --------------------------------------------------------------------------
     def hold(
@@ -379,7 +378,7 @@ class Intake:
         self._handles.append(handle)
         if settings is None or self._stopped:
             self._drop(handle)
-            reason = WORKER_STOPPED if self._stopped else TARGET_NOT_WRITABLE
+            reason = c.WORKER_STOPPED if self._stopped else c.TARGET_NOT_WRITABLE
             handle.finish(RequestOutcome(reason, f"GitTarget {target} is not written", self.branch))
         return handle
 
@@ -411,7 +410,7 @@ class Intake:
             who = "" if handle.hold.author is None else f" by {handle.hold.author.name}"
             handle.finish(
                 RequestOutcome(
-                    NOTHING_TO_COMMIT,
+                    c.NOTHING_TO_COMMIT,
                     f"No open commit window{who} on GitTarget {handle.target}: nothing to commit",
                     self.branch,
                 )

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from kubescribe.api import conditions as c
 from kubescribe.git.intake import (
     Group,
 )
@@ -24,15 +23,6 @@ Refusal = tuple[Identity, str, str]
 """(identity, reason, message) of a document that was not written."""
 
 # The reasons the build and the worker report, from the catalogue (`api/conditions.py`).
-PUSHED = c.PUSHED
-WRITE_FAILED = c.WRITE_FAILED
-DUPLICATE_IDENTITY = c.DUPLICATE_IDENTITY
-PATH_CONFLICT = c.PATH_CONFLICT
-INVALID_PATH = c.INVALID_PATH
-RENDER_FAILED = c.RENDER_FAILED
-REENCRYPT_FAILED = c.REENCRYPT_FAILED
-KUSTOMIZE_UNSUPPORTED = c.KUSTOMIZE_UNSUPPORTED
-RENDER_MISMATCH = c.RENDER_MISMATCH
 SOPS_CONFIG = ".sops.yaml"
 
 RETRY_INITIAL = 0.5

@@ -26,11 +26,9 @@ from pathlib import Path
 import structlog
 
 from kubescribe import metrics
+from kubescribe.api import conditions as c
 from kubescribe.git.build import Outcome, RequestResult, TargetResult
 from kubescribe.git.intake import (
-    NOTHING_TO_COMMIT,
-    TARGET_NOT_WRITABLE,
-    WORKER_STOPPED,
     Group,
     Intake,
     RequestHandle,
@@ -45,11 +43,9 @@ from kubescribe.git.repo import (
     normalize_url,
 )
 from kubescribe.git.targets import (
-    PUSHED,
     RETRY_INITIAL,
     RETRY_MAX,
     RETRY_MAX_UNREACHABLE,
-    WRITE_FAILED,
     Committer,
     Item,
     Refusal,
@@ -236,7 +232,7 @@ class BranchWorker:
         for item in [*self._unpushed, *self._queue]:  # requests this worker can no longer end
             if isinstance(item, Group) and item.request is not None:
                 item.request.finish(
-                    RequestOutcome(WORKER_STOPPED, "The branch worker stopped", self.branch)
+                    RequestOutcome(c.WORKER_STOPPED, "The branch worker stopped", self.branch)
                 )
         if self._executor is not None:
             self._executor.submit(self._writer.close)
@@ -335,7 +331,7 @@ class BranchWorker:
                 WriteReport(
                     key,
                     True,
-                    PUSHED,
+                    c.PUSHED,
                     message,
                     last.commit,
                     last.pushed_at,
@@ -358,7 +354,7 @@ class BranchWorker:
         if isinstance(exc, RemoteError | SigningUnavailable | CacheUnwritable):
             reason, message = exc.reason, str(exc)
         else:
-            reason, message = WRITE_FAILED, f"{type(exc).__name__}: {exc}"
+            reason, message = c.WRITE_FAILED, f"{type(exc).__name__}: {exc}"
             self._log.error("worker.write_error", exc_info=exc)
         self._log.warning("worker.write_failed", reason=reason, error=message, items=len(batch))
         for item in batch:
@@ -390,7 +386,7 @@ class BranchWorker:
 
     def _not_written(self, target: TargetKey) -> RequestOutcome:
         return RequestOutcome(
-            TARGET_NOT_WRITABLE, f"GitTarget {target} is not written by this worker", self.branch
+            c.TARGET_NOT_WRITABLE, f"GitTarget {target} is not written by this worker", self.branch
         )
 
     def _settle(self, batch: list[Item], outcome: Outcome) -> None:
@@ -415,7 +411,7 @@ class BranchWorker:
             elif result.commit is None:
                 request.finish(
                     RequestOutcome(
-                        NOTHING_TO_COMMIT,
+                        c.NOTHING_TO_COMMIT,
                         "The window's changes left the target's files as they were",
                         self.branch,
                     )
@@ -423,7 +419,7 @@ class BranchWorker:
             else:
                 request.finish(
                     RequestOutcome(
-                        PUSHED,
+                        c.PUSHED,
                         f"Pushed {result.commit[:12]} with {result.changes} change(s)",
                         self.branch,
                         result.commit,
