@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
@@ -55,8 +56,9 @@ class StreamSink(Protocol[Prepared_contra]):
 
 
 def key_of(obj: Mapping[str, Any]) -> ObjectKey:
+    """(namespace, name); the namespace is interned: 50,000 keys share a few strings."""
     meta = obj.get("metadata") or {}
-    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    return sys.intern(str(meta.get("namespace") or "")), str(meta.get("name") or "")
 
 
 def resource_path(rtype: ResourceType, namespace: str) -> str:
