@@ -50,6 +50,14 @@ def _same_as_default(value: Any, limit: Mapping[str, Any]) -> bool:
     return bool(value == limit.get("default"))
 
 
+def _list_kind(value: Any, names: Mapping[str, Any]) -> bool:
+    return bool(value == f"{names.get('kind')}List")
+
+
+def _singular(value: Any, names: Mapping[str, Any]) -> bool:
+    return bool(value == str(names.get("kind") or "").lower())
+
+
 def _policy_types(value: Any, spec: Mapping[str, Any]) -> bool:
     return bool(value == (["Ingress", "Egress"] if spec.get("egress") else ["Ingress"]))
 
@@ -130,7 +138,11 @@ DEFAULTS: Mapping[tuple[str, str], Defaults] = {
     ("", "PersistentVolumeClaim"): {"spec": _PVC_SPEC},
     ("", "LimitRange"): {"spec": {"limits": {"*": {"defaultRequest": _same_as_default}}}},
     ("", "PersistentVolume"): {
-        "spec": {"persistentVolumeReclaimPolicy": equals("Retain"), **_PVC_SPEC}
+        "spec": {
+            "persistentVolumeReclaimPolicy": equals("Retain"),
+            "hostPath": {"type": equals("")},
+            **_PVC_SPEC,
+        }
     },
     ("apps", "Deployment"): {
         "spec": {
@@ -196,4 +208,10 @@ DEFAULTS: Mapping[tuple[str, str], Defaults] = {
     ("rbac.authorization.k8s.io", "RoleBinding"): _SUBJECTS,
     ("rbac.authorization.k8s.io", "ClusterRoleBinding"): _SUBJECTS,
     ("scheduling.k8s.io", "PriorityClass"): {"preemptionPolicy": equals("PreemptLowerPriority")},
+    ("apiextensions.k8s.io", "CustomResourceDefinition"): {
+        "spec": {
+            "conversion": {"strategy": equals("None")},
+            "names": {"listKind": _list_kind, "singular": _singular},
+        }
+    },
 }

@@ -104,8 +104,15 @@ def _allocated_health_port(doc: Mapping[str, Any], value: Any) -> bool:
 
 
 def _allocated_node_port(doc: Mapping[str, Any], port: Any) -> bool:
-    # Allocated when no manager owns it; without managedFields nobody can tell: kept.
-    return owns(doc, ("spec", "ports"), port, "nodePort") is False
+    # Allocated when no manager owns it; without managedFields nobody can tell: kept. The
+    # port is found in the object by its node port (unique), as a copy may lack its key fields.
+    ports = _get(doc, ("spec", "ports"))
+    live = None
+    for candidate in ports if isinstance(ports, list) else ():
+        if isinstance(candidate, Mapping) and candidate.get("nodePort") == port.get("nodePort"):
+            live = candidate
+            break
+    return live is not None and owns(doc, ("spec", "ports"), live, "nodePort") is False
 
 
 _JOB_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
