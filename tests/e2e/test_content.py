@@ -151,7 +151,7 @@ def test_owned_documents_hold_what_people_wrote_and_apply_back_to_the_live_objec
         assert not missing, sorted(missing)
         return True
 
-    wait_for(all_mirrored, timeout=90, what="every document")
+    wait_for(all_mirrored, timeout=120, what="every document")
     wait_ready(cp, ns)
     mirrored = documents(remote)
 
