@@ -16,6 +16,7 @@ import structlog
 from kubescribe import __version__
 from kubescribe import logging as klog
 from kubescribe.api.crds import render_crds
+from kubescribe.api.models import CONTROLLER_MANAGERS
 from kubescribe.app import Sharing, run_operator
 from kubescribe.controller.snapshot import (
     Selection,
@@ -27,6 +28,7 @@ from kubescribe.git.targets import Committer
 from kubescribe.git.urlpolicy import NetworkPolicy, set_network_policy
 from kubescribe.kube.client import KubeClient
 from kubescribe.kube.discovery import Discovered
+from kubescribe.mirror.owned import Content
 from kubescribe.server.admission import DEFAULT_CLIENT
 from kubescribe.server.attribution import MAX_AUDIT_BODY, AttributionOptions
 from kubescribe.server.audit import DEFAULT_MAX_BODY, DEFAULT_MAX_EVENTS
@@ -314,6 +316,13 @@ def run(
     "--namespace", default="", help="Only this namespace (cluster-scoped types are skipped)."
 )
 @click.option("--selector", default=None, help="Label selector, e.g. app=web,tier!=cache.")
+@click.option(
+    "--content",
+    type=click.Choice(["Owned", "Full"]),
+    default="Owned",
+    show_default=True,
+    help="What each document holds, as a GitTarget's spec.content.mode (docs/content.md).",
+)
 def snapshot(
     kubeconfig: Path | None,
     context: str | None,
@@ -323,6 +332,7 @@ def snapshot(
     resources: tuple[str, ...],
     namespace: str,
     selector: str | None,
+    content: str,
 ) -> None:
     """Export the selected objects into a Git repository once (brownfield onboarding)."""
     klog.configure("warning")
@@ -347,6 +357,7 @@ def snapshot(
                     folder=folder,
                     committer=Committer("kubescribe", "kubescribe@users.noreply.local"),
                     progress=advance,
+                    content=Content(content, CONTROLLER_MANAGERS),
                 )
         finally:
             await client.close()
