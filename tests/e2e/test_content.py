@@ -25,9 +25,9 @@ METHODS = {
     "csa": ("apply", "-f", "-"),
     "ssa": ("apply", "--server-side", "-f", "-"),
 }
-# CRD schema defaults are not in kubescribe's table of built-in defaults: an Update (create,
-# client-side apply) records them as owned (docs/content.md).
-CRD_DEFAULTS = {("create", "Widget"): [".spec.color"], ("csa", "Widget"): [".spec.color"]}
+# CRD schema defaults are not in kubescribe's table of built-in defaults: `kubectl create` (an
+# Update without a manifest to read) records them as owned (docs/content.md).
+CRD_DEFAULTS = {("create", "Widget"): [".spec.color"]}
 # Allocated by the API server on every create: never equal on two control planes.
 ALLOCATED = (("spec", "clusterIP"), ("spec", "clusterIPs"), ("spec", "healthCheckNodePort"))
 

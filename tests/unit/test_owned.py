@@ -438,3 +438,56 @@ def test_full_mode_drops_allocated_node_ports_only() -> None:
     assert "healthCheckNodePort" not in doc["spec"]
     owned_port = {"f:spec": {"f:healthCheckNodePort": {}}}
     assert sanitize(service(entry(owned_port, api_version="v1")))["spec"]["healthCheckNodePort"]
+
+
+def test_client_side_apply_owns_what_its_last_manifest_holds() -> None:
+    # kubectl apply (client-side) is an Update that owns the defaults of its create too; its
+    # last-applied manifest says what it wrote, defaults equal to the server's included.
+    manifest = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "shop", "labels": {"app": "web"}},
+        "spec": {
+            "replicas": 3,
+            "revisionHistoryLimit": 10,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {
+                    "containers": [
+                        {"name": "web", "image": "nginx:1.27", "ports": [{"containerPort": 80}]}
+                    ]
+                },
+            },
+        },
+    }
+    fields = json.loads(json.dumps(CREATED))
+    fields["f:metadata"] = {
+        "f:annotations": {".": {}, "f:kubectl.kubernetes.io/last-applied-configuration": {}},
+        "f:labels": {".": {}, "f:app": {}},
+    }
+    obj = deployment(entry(fields, manager="kubectl-client-side-apply", operation="Update"))
+    obj["metadata"]["annotations"] = {
+        "kubectl.kubernetes.io/last-applied-configuration": json.dumps(manifest)
+    }
+    doc = sanitize(obj, owned(obj))
+    assert doc["spec"] == manifest["spec"]  # revisionHistoryLimit: 10 written, so kept
+    assert doc["metadata"] == {"name": "web", "namespace": "shop", "labels": {"app": "web"}}
+    # An unreadable manifest: an Update like any other (server defaults left out).
+    obj["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": "{"}
+    assert "revisionHistoryLimit" not in owned(obj)["spec"]
+
+
+def test_a_client_side_apply_entry_that_does_not_parse_falls_back() -> None:
+    bad = entry(
+        {"f:spec": {"f:template": {"f:spec": {"f:containers": {"x:1": {}}}}}},
+        manager="kubectl-client-side-apply",
+        operation="Update",
+    )
+    obj = deployment(bad)
+    obj["metadata"]["annotations"] = {
+        "kubectl.kubernetes.io/last-applied-configuration": json.dumps(
+            {"spec": {"template": {"spec": {"containers": [{"name": "web"}]}}}}
+        )
+    }
+    assert keep_owned(obj, OWNED).fallback == "malformed"

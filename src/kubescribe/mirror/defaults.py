@@ -1,8 +1,8 @@
 """Values the API server fills in when a field is left out, per built-in kind (data).
 
 `Owned` content keeps what field managers own, but Kubernetes records server defaults as owned
-by the manager of an `Update` (kubectl create, client-side apply, most controllers and
-clients): the object is defaulted before ownership is computed. It also cannot tell defaults
+by the manager of an `Update` (kubectl create, most controllers and clients): the object is
+defaulted before ownership is computed. It also cannot tell defaults
 inside an atomic value (a RoleBinding's `subjects`, a StatefulSet's `volumeClaimTemplates`)
 from what was written. Where ownership is that coarse, a value equal to the default the server
 would fill in again is left out: applying the document again yields the same object.

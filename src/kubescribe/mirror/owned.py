@@ -4,8 +4,10 @@ Server-side field ownership (FieldsV1) names, for each manager, the fields it se
 a map field, `k:{...}` a list item by its merge key, `v:<json>` a set member, `i:<n>` a list
 item by position, `.` the parent itself; an empty entry (`{}`) owns the whole value below it.
 Defaulted and allocated fields are owned by nobody, except that an `Update` (kubectl create,
-client-side apply) owns the defaults of the object it wrote, and an atomic value is owned
-whole; there, values equal to the server's default are left out as well (`defaults.DEFAULTS`).
+most clients) owns the defaults of the object it wrote, and an atomic value is owned whole;
+there, values equal to the server's default are left out as well (`defaults.DEFAULTS`).
+Client-side `kubectl apply` is an Update whose manifest is in its last-applied annotation: its
+ownership is narrowed to that manifest.
 
 Anything this cannot read with certainty falls back to the whole object (`Kept.fallback`):
 a document is never narrower than what was written.
@@ -124,10 +126,84 @@ def _ownership(obj: Mapping[str, Any], controllers: tuple[str, ...]) -> _Node:
             raise _Unusable("malformed")
         if entry.get("manager") in controllers:
             owner = _CONTROLLER
+        elif entry.get("operation") == "Apply":
+            owner = _APPLY
+        elif (
+            entry.get("manager") == CLIENT_SIDE_APPLY
+            and (manifest := _last_applied(metadata)) is not None
+        ):
+            # What it owns beyond its last manifest are the defaults of its create.
+            fields, owner = _written(fields, manifest), _APPLY
         else:
-            owner = _APPLY if entry.get("operation") == "Apply" else _UPDATE
+            owner = _UPDATE
         _merge(root, fields, owner)
     return root
+
+
+CLIENT_SIDE_APPLY = "kubectl-client-side-apply"
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+_MISSING: Any = object()
+
+
+def _last_applied(metadata: Any) -> Mapping[str, Any] | None:
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    text = annotations.get(LAST_APPLIED) if isinstance(annotations, Mapping) else None
+    try:
+        manifest = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    return manifest if isinstance(manifest, Mapping) else None
+
+
+def _written(fields: Mapping[str, Any], written: Any) -> dict[str, Any]:
+    """The part of a FieldsV1 set that `written` (the manifest last applied) holds."""
+    out: dict[str, Any] = {}
+    for key, sub in fields.items():
+        if not isinstance(key, str) or not isinstance(sub, Mapping):
+            raise _Unusable("malformed")
+        if key == ".":
+            out[key] = sub
+            continue
+        if key.startswith("f:"):
+            found = written.get(key[2:], _MISSING) if isinstance(written, Mapping) else _MISSING
+        else:
+            found = _written_item(key, written) if isinstance(written, list) else _MISSING
+        if found is _MISSING:
+            continue
+        if not sub:
+            out[key] = sub
+        elif kept := _written(sub, found):
+            out[key] = kept
+    return out
+
+
+def _written_item(key: str, written: list[Any]) -> Any:
+    """The item of a written list that an item key names; a key field the manifest left out
+    (a defaulted `protocol`) matches any value."""
+    kind, text = key[:2], key[2:]
+    try:
+        if kind == "k:":
+            fields = json.loads(text)
+            if not isinstance(fields, dict) or not fields:
+                raise _Unusable("malformed")
+            for item in written:
+                if (
+                    isinstance(item, Mapping)
+                    and any(k in item for k in fields)
+                    and all(item[k] == v for k, v in fields.items() if k in item)
+                ):
+                    return item
+        elif kind == "v:":
+            value = json.loads(text)
+            return value if value in written else _MISSING
+        elif kind == "i:":
+            index = int(text)
+            return written[index] if 0 <= index < len(written) else _MISSING
+        else:
+            raise _Unusable("malformed")
+    except ValueError as exc:
+        raise _Unusable("malformed") from exc
+    return _MISSING
 
 
 def _copy(value: Any) -> Any:
