@@ -10,7 +10,8 @@ Client-side `kubectl apply` is an Update whose manifest is in its last-applied a
 ownership is narrowed to that manifest.
 
 Anything this cannot read with certainty falls back to the whole object (`Kept.fallback`):
-a document is never narrower than what was written.
+a document is never narrower than what was written. Objects are JSON as decoded (dicts and
+lists: `dict` checks, not `Mapping`, keep the walk cheap; it runs for every event).
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def _merge(node: _Node, fields: Mapping[str, Any], owner: int) -> None:
         node.whole |= owner
         return
     for key, sub in fields.items():
-        if not isinstance(key, str) or not isinstance(sub, Mapping):
+        if not isinstance(key, str) or not isinstance(sub, dict):
             raise _Unusable("malformed")
         if key == ".":
             node.dot |= owner
@@ -106,14 +107,14 @@ def _merge(node: _Node, fields: Mapping[str, Any], owner: int) -> None:
 
 def _ownership(obj: Mapping[str, Any], controllers: tuple[str, ...]) -> _Node:
     metadata = obj.get("metadata")
-    entries = metadata.get("managedFields") if isinstance(metadata, Mapping) else None
+    entries = metadata.get("managedFields") if isinstance(metadata, dict) else None
     if not entries:
         raise _Unusable("missing")
     if not isinstance(entries, list):
         raise _Unusable("malformed")
     root = _Node()
     for entry in entries:
-        if not isinstance(entry, Mapping):
+        if not isinstance(entry, dict):
             raise _Unusable("malformed")
         if entry.get("subresource") == "status":
             continue  # status is never mirrored
@@ -122,7 +123,7 @@ def _ownership(obj: Mapping[str, Any], controllers: tuple[str, ...]) -> _Node:
         if entry.get("apiVersion") != obj.get("apiVersion"):
             raise _Unusable("version-mismatch")  # paths of another version may differ
         fields = entry.get("fieldsV1")
-        if not isinstance(fields, Mapping):
+        if not isinstance(fields, dict):
             raise _Unusable("malformed")
         if entry.get("manager") in controllers:
             owner = _CONTROLLER
@@ -146,26 +147,26 @@ _MISSING: Any = object()
 
 
 def _last_applied(metadata: Any) -> Mapping[str, Any] | None:
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    text = annotations.get(LAST_APPLIED) if isinstance(annotations, Mapping) else None
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    text = annotations.get(LAST_APPLIED) if isinstance(annotations, dict) else None
     try:
         manifest = json.loads(text) if isinstance(text, str) else None
     except ValueError:
         return None
-    return manifest if isinstance(manifest, Mapping) else None
+    return manifest if isinstance(manifest, dict) else None
 
 
 def _written(fields: Mapping[str, Any], written: Any) -> dict[str, Any]:
     """The part of a FieldsV1 set that `written` (the manifest last applied) holds."""
     out: dict[str, Any] = {}
     for key, sub in fields.items():
-        if not isinstance(key, str) or not isinstance(sub, Mapping):
+        if not isinstance(key, str) or not isinstance(sub, dict):
             raise _Unusable("malformed")
         if key == ".":
             out[key] = sub
             continue
         if key.startswith("f:"):
-            found = written.get(key[2:], _MISSING) if isinstance(written, Mapping) else _MISSING
+            found = written.get(key[2:], _MISSING) if isinstance(written, dict) else _MISSING
         else:
             found = _written_item(key, written) if isinstance(written, list) else _MISSING
         if found is _MISSING:
@@ -188,7 +189,7 @@ def _written_item(key: str, written: list[Any]) -> Any:
                 raise _Unusable("malformed")
             for item in written:
                 if (
-                    isinstance(item, Mapping)
+                    isinstance(item, dict)
                     and any(k in item for k in fields)
                     and all(item[k] == v for k, v in fields.items() if k in item)
                 ):
@@ -207,7 +208,7 @@ def _written_item(key: str, written: list[Any]) -> Any:
 
 
 def _copy(value: Any) -> Any:
-    if isinstance(value, Mapping):
+    if isinstance(value, dict):
         return {k: _copy(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_copy(v) for v in value]
@@ -215,7 +216,7 @@ def _copy(value: Any) -> Any:
 
 
 def _sub(defaults: Any, key: str) -> Any:
-    if isinstance(defaults, Mapping):
+    if isinstance(defaults, dict):
         return defaults.get(key, defaults.get("*", _NO_DEFAULTS))
     return _NO_DEFAULTS
 
@@ -226,9 +227,9 @@ def _is_default(defaults: Any, value: Any, parent: Mapping[str, Any]) -> bool:
 
 def _without_defaults(value: Any, defaults: Any) -> Any:
     """A copy of a value written whole, less what equals the server's defaults inside it."""
-    if not isinstance(defaults, Mapping) or not defaults:
+    if not isinstance(defaults, dict) or not defaults:
         return _copy(value)
-    if isinstance(value, Mapping):
+    if isinstance(value, dict):
         out = {}
         for key, item in value.items():
             sub = _sub(defaults, key)
@@ -257,13 +258,13 @@ class _Walk:
             return _DROP
         whole = node.whole & _PEOPLE if node is not None else 0
         if whole:
-            if not applied and value == {} and isinstance(defaults, Mapping) and defaults:
+            if not applied and value == {} and isinstance(defaults, dict) and defaults:
                 return _DROP  # an empty struct the server fills in (`resources: {}`)
             kept = _without_defaults(value, defaults)
             return _DROP if kept == {} and value != {} else kept
-        if node is None and not isinstance(keep, Mapping):
+        if node is None and not isinstance(keep, dict):
             return _DROP
-        if isinstance(value, Mapping):
+        if isinstance(value, dict):
             return self.map(value, node, defaults, keep)
         if isinstance(value, list):
             return self.list(value, node, defaults, keep)
@@ -280,7 +281,7 @@ class _Walk:
         out: dict[str, Any] = {}
         for key, item in value.items():
             child = children.get(f"f:{key}")
-            sub_keep = keep.get(key, keep.get("*")) if isinstance(keep, Mapping) else None
+            sub_keep = keep.get(key, keep.get("*")) if isinstance(keep, dict) else None
             if child is None and sub_keep is None:
                 continue
             kept = self.value(item, child, _sub(defaults, key), sub_keep, value)
@@ -291,13 +292,13 @@ class _Walk:
     def list(self, value: list[Any], node: _Node | None, defaults: Any, keep: Any) -> Any:
         items = _items(node) if node is not None else _Items()
         item_defaults = _sub(defaults, "*")
-        item_keep = keep.get("*") if isinstance(keep, Mapping) else None
+        item_keep = keep.get("*") if isinstance(keep, dict) else None
         out = []
         for index, item in enumerate(value):
             child = items.find(index, item)
             if child is None:
                 continue
-            if not isinstance(item, Mapping):
+            if not isinstance(item, dict):
                 if (child.whole | child.dot) & _PEOPLE:
                     out.append(_copy(item))
                 continue
@@ -323,7 +324,7 @@ class _Items:
             found = self.values.get(_canonical(item))
             if found is not None:
                 return found
-        if self.keyed and isinstance(item, Mapping):
+        if self.keyed and isinstance(item, dict):
             for names in self.key_names:
                 found = self.keyed.get(_canonical([[n, item.get(n)] for n in names]))
                 if found is not None:
@@ -397,7 +398,7 @@ def keep_owned(obj: Mapping[str, Any], content: Content) -> Kept:
     document: dict[str, Any] = {k: obj[k] for k in ("apiVersion", "kind") if k in obj}
     document.update(kept if kept is not _DROP else {})
     metadata = obj.get("metadata")
-    if isinstance(metadata, Mapping):
+    if isinstance(metadata, dict):
         identity = {k: metadata[k] for k in ("name", "namespace") if k in metadata}
         document["metadata"] = {**identity, **(document.get("metadata") or {})}
     return Kept(document)
@@ -407,17 +408,47 @@ def owns(
     obj: Mapping[str, Any], path: tuple[str, ...], item: Any = None, name: str = ""
 ) -> bool | None:
     """Whether some manager owns the field at `path` (with `item` and `name`: field `name` of
-    that item of the list at `path`); None when managedFields cannot tell."""
+    that item of the list at `path`); None when managedFields cannot tell. Reads only the
+    entries' branches along the path: it runs in Full mode too."""
+    metadata = obj.get("metadata")
+    entries = metadata.get("managedFields") if isinstance(metadata, dict) else None
+    if not isinstance(entries, list) or not entries:
+        return None
     try:
-        node: _Node | None = _ownership(obj, ())
-        for key in path:
-            node = node.children.get(f"f:{key}") if node is not None else None
-        if node is not None and name:
-            if node.whole:
+        for entry in entries:
+            if not isinstance(entry, dict):
+                raise _Unusable("malformed")
+            if entry.get("subresource") == "status":
+                continue
+            if entry.get("fieldsType") != "FieldsV1" or entry.get("apiVersion") != obj.get(
+                "apiVersion"
+            ):
+                raise _Unusable("unsupported")
+            if _owns_in(entry.get("fieldsV1"), path, item, name):
                 return True
-            node = _items(node).find(-1, item)
-            if node is not None and not node.whole:
-                node = node.children.get(f"f:{name}")
     except (_Unusable, RecursionError):
         return None
-    return node is not None and bool(node.any)
+    return False
+
+
+def _owns_in(fields: Any, path: tuple[str, ...], item: Any, name: str) -> bool:
+    for key in path:
+        if not isinstance(fields, dict):
+            raise _Unusable("malformed")
+        if not fields:
+            return True  # owns the whole value
+        fields = fields.get(f"f:{key}")
+        if fields is None:
+            return False
+    if not name:
+        return True
+    if not isinstance(fields, dict):
+        raise _Unusable("malformed")
+    if not fields:
+        return True
+    node = _Node()
+    _merge(node, {k: v for k, v in fields.items() if k != "."}, _UPDATE)
+    child = _items(node).find(-1, item)
+    if child is None:
+        return False
+    return bool(child.whole) or f"f:{name}" in child.children
