@@ -655,6 +655,7 @@ class ContentSpec(ApiModel):
             " manager owns them too (e.g. `spec.replicas` of an autoscaled Deployment);"
             " `[]` keeps them."
         ),
+        json_schema_extra={"default": list(CONTROLLER_MANAGERS)},
     )
     keep: list[ContentKeep] = Field(
         default_factory=list,
