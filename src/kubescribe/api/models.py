@@ -661,6 +661,7 @@ class ContentSpec(ApiModel):
         default_factory=list,
         max_length=64,
         description="Fields kept in Owned content although nobody (or a controller) owns them.",
+        json_schema_extra={"default": []},
     )
 
 
