@@ -96,8 +96,9 @@ class Remote:
 class Setup:
     """Control plane, remote, kubescribe objects; the operator started on demand."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, content: str = "Owned") -> None:
         self.workdir = workdir
+        self.content = content
         (workdir / "cp").mkdir()
         self.cp = ControlPlane(workdir=workdir / "cp")
         self.cp.start()
@@ -125,6 +126,7 @@ class Setup:
                     "branch": "main",
                     "path": FOLDER,
                     "prune": {"mode": "Always"},
+                    "content": {"mode": self.content},
                 },
             },
             {
@@ -553,8 +555,18 @@ def soak(setup: Setup, minutes: float, objects: int = 100) -> dict[str, Any]:
 @click.argument("workloads", nargs=-1)
 @click.option("--samples", default=20, show_default=True)
 @click.option("--backfill", "sizes", default="1000,10000", show_default=True)
+@click.option(
+    "--content",
+    "contents",
+    default="Owned",
+    show_default=True,
+    help="GitTarget content mode(s), comma-separated (Owned,Full): each workload runs once per"
+    " mode, alternating.",
+)
 @click.option("--soak-minutes", default=30.0, show_default=True)
-def main(workloads: tuple[str, ...], samples: int, sizes: str, soak_minutes: float) -> None:
+def main(
+    workloads: tuple[str, ...], samples: int, sizes: str, contents: str, soak_minutes: float
+) -> None:
     """WORKLOADS: any of latency_isolated latency_stream latency_stream_kustomized backfill
     burst crash warm_restart adopt soak (default: all but soak; backfill 50000 and soak are
     the long-run workloads: --backfill 50000, soak --soak-minutes 30)."""
@@ -593,13 +605,15 @@ def main(workloads: tuple[str, ...], samples: int, sizes: str, soak_minutes: flo
         runs.append(("adopt", lambda s: adopt(s, 10000)))
     if "soak" in chosen:
         runs.append(("soak", lambda s: soak(s, soak_minutes)))
+    modes = [m for m in contents.split(",") if m]
     for _, run in runs:
-        with tempfile.TemporaryDirectory(prefix="kubescribe-bench-") as tmp:
-            setup = Setup(Path(tmp))
-            try:
-                click.echo(json.dumps(run(setup)), nl=True)
-            finally:
-                setup.close()
+        for mode in modes:
+            with tempfile.TemporaryDirectory(prefix="kubescribe-bench-") as tmp:
+                setup = Setup(Path(tmp), mode)
+                try:
+                    click.echo(json.dumps({**run(setup), "content": mode}), nl=True)
+                finally:
+                    setup.close()
 
 
 if __name__ == "__main__":

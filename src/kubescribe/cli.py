@@ -16,6 +16,7 @@ import structlog
 
 from kubescribe import __version__, logs
 from kubescribe.api.crds import render_crds
+from kubescribe.api.models import CONTROLLER_MANAGERS
 from kubescribe.app import MANAGED_FILES, Sharing, managed_certificates, run_operator
 from kubescribe.controller.certrotation import Policy
 from kubescribe.controller.snapshot import (
@@ -29,6 +30,7 @@ from kubescribe.git.targets import Committer
 from kubescribe.git.urlpolicy import NetworkPolicy, set_network_policy
 from kubescribe.kube.client import KubeClient
 from kubescribe.kube.discovery import Discovered
+from kubescribe.mirror.owned import Content
 from kubescribe.server.admission import DEFAULT_CLIENT
 from kubescribe.server.attribution import MAX_AUDIT_BODY, AttributionOptions
 from kubescribe.server.audit import DEFAULT_MAX_BODY, DEFAULT_MAX_EVENTS
@@ -428,6 +430,13 @@ def run(
     "--namespace", default="", help="Only this namespace (cluster-scoped types are skipped)."
 )
 @click.option("--selector", default=None, help="Label selector, e.g. app=web,tier!=cache.")
+@click.option(
+    "--content",
+    type=click.Choice(["Owned", "Full"]),
+    default="Owned",
+    show_default=True,
+    help="What each document holds, as a GitTarget's spec.content.mode (docs/content.md).",
+)
 def snapshot(
     kubeconfig: Path | None,
     context: str | None,
@@ -437,6 +446,7 @@ def snapshot(
     resources: tuple[str, ...],
     namespace: str,
     selector: str | None,
+    content: str,
 ) -> None:
     """Export the selected objects into a Git repository once (brownfield onboarding)."""
     logs.configure("warning")
@@ -461,6 +471,7 @@ def snapshot(
                     folder=folder,
                     committer=Committer("kubescribe", "kubescribe@users.noreply.local"),
                     progress=advance,
+                    content=Content(content, CONTROLLER_MANAGERS),
                 )
         finally:
             await client.close()

@@ -21,6 +21,13 @@ STRIPPED = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+CONTENT_FALLBACKS = Counter(
+    "kubescribe_content_fallbacks_total",
+    "Documents written in Full although their target asks for Owned content (their"
+    " managedFields were missing or unusable), by reason.",
+    ["reason"],
+    registry=REGISTRY,
+)
 DUPLICATES = Gauge(
     "kubescribe_duplicate_documents",
     "Documents in a target folder that repeat an identity held earlier in tree order"

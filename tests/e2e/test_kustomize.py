@@ -13,12 +13,15 @@ import pytest
 from kubescribe.devenv import kustomize
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote
+from kubescribe.mirror.owned import Content, keep_owned
 from kubescribe.mirror.sanitize import sanitize
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
 from tests.manifests import provider, target, watch_rule
 from tests.support import Operator, condition, manifest, wait_condition, wait_for
 
 pytestmark = pytest.mark.controlplane
+
+OWNED = Content("Owned", ("horizontal-pod-autoscaler", "kube-controller-manager"))
 
 RULE = {"apiGroups": ["", "apps"], "resources": ["configmaps", "deployments"]}
 OVERLAY = "mirror/overlays/prod"
@@ -92,9 +95,10 @@ def rendered(remote: BareRemote, kbin: Path, folder: str) -> dict[tuple[str, str
 
 
 def live(cp: ControlPlane, ns: str) -> dict[tuple[str, str], Any]:
-    items = cp.get_json("configmaps,deployments", "-n", ns)["items"]
+    """The live objects as a GitTarget's default (Owned) content writes them."""
+    items = cp.get_json("configmaps,deployments", "-n", ns, "--show-managed-fields")["items"]
     return {
-        (o["kind"], o["metadata"]["name"]): sanitize(o)
+        (o["kind"], o["metadata"]["name"]): sanitize(o, keep_owned(o, OWNED).document)
         for o in items
         if o["metadata"]["name"] != "kube-root-ca.crt"
     }
@@ -134,7 +138,7 @@ def test_base_and_overlay_follow_the_cluster(
             what=f"kustomize build == live after {what}",
         )
 
-    in_step("the snapshot")  # defaults the API server added are now in the base files
+    in_step("the snapshot")
 
     cp.kubectl("create", "configmap", "prod-extra", "-n", ns, "--from-literal=a=1")
     in_step("a create")

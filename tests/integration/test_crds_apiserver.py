@@ -130,6 +130,11 @@ def test_valid_objects_are_accepted_with_defaults(cp: ControlPlane, namespace: s
                 "writeUnsupported": False,
                 "renderCheck": False,
             },
+            "content": {
+                "mode": "Owned",
+                "controllers": ["kube-controller-manager", "horizontal-pod-autoscaler"],
+                "keep": [],
+            },
         }
         for kind in ("WatchRule", "ClusterWatchRule"):
             rule = stored[kind]["spec"]["rules"][0]

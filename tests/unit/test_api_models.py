@@ -81,6 +81,11 @@ def test_objects_round_trip_in_camel_case() -> None:
                 "writeUnsupported": True,
                 "renderCheck": False,
             },
+            "content": {
+                "mode": "Full",
+                "controllers": [],
+                "keep": [{"path": "spec.replicas", "group": "apps", "kind": "Deployment"}],
+            },
             "encryption": {
                 "recipients": ["age1abc"],
                 "ageKeySecretRef": {"name": "keys"},

@@ -9,6 +9,7 @@ from kubescribe.kube.discovery import Discovered
 from kubescribe.mirror.changes import TargetKey
 from kubescribe.mirror.identity import ResourceType
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY
+from kubescribe.mirror.owned import Content, KeepField
 
 TYPES = [
     Discovered(ResourceType("", "v1", "configmaps", "ConfigMap", True), True),
@@ -375,3 +376,35 @@ def test_without_namespaces_a_cluster_watch_rule_reads_only_cluster_scoped_types
         [provider()], [target("t", "a")], [], [cluster_rule("c", "t")], TYPES, DEFAULT_NOISE_POLICY
     )
     assert [s.rtype.resource for s in plan.streams.values()] == ["namespaces"]
+
+
+def test_content_defaults_to_owned_and_takes_the_target_settings() -> None:
+    keep = {"path": "spec.replicas", "group": "apps", "kind": "Deployment"}
+    content = {"mode": "Owned", "controllers": ["b", "a", "b"], "keep": [keep]}
+    plan = compile_plan(
+        [provider()],
+        [
+            target("t", "a"),
+            target("full", "b", content={"mode": "Full"}),
+            target("k", "c", content=content),
+        ],
+        [],
+        [],
+        TYPES,
+        DEFAULT_NOISE_POLICY,
+    )
+    default = plan.targets[TargetKey("ns", "t")].content
+    assert default == Content("Owned", ("horizontal-pod-autoscaler", "kube-controller-manager"))
+    assert not plan.targets[TargetKey("ns", "full")].content.owned
+    assert plan.targets[TargetKey("ns", "k")].content == Content(
+        "Owned", ("a", "b"), (KeepField(("spec", "replicas"), "apps", "Deployment"),)
+    )
+    bad = compile_plan(
+        [provider()],
+        [target("t", "a", content={"mode": "Some"})],
+        [],
+        [],
+        TYPES,
+        DEFAULT_NOISE_POLICY,
+    )
+    assert bad.targets[TargetKey("ns", "t")].problem.reason == "InvalidSpec"  # type: ignore[union-attr]

@@ -274,3 +274,22 @@ def test_override_keeps_and_adds_strip_rules_over_a_base_policy() -> None:
     assert NoisePolicy.from_config({"disableDefaults": True}).strip(doc, source) == []
     with pytest.raises(ValueError, match="on must be"):
         NoisePolicy.from_config({"strip": [{"reason": "x", "key": "a", "on": "spec"}]})
+
+
+def test_system_finalizers_are_stripped_and_a_target_can_keep_them() -> None:
+    source = labelled({}, {})
+    source["metadata"]["finalizers"] = ["kubernetes.io/pvc-protection", "example.com/mine"]
+    doc = {"metadata": {"name": "x", "finalizers": list(source["metadata"]["finalizers"])}}
+    assert DEFAULT_NOISE_POLICY.strip(doc, source) == ["system-finalizer"]
+    assert doc["metadata"]["finalizers"] == ["example.com/mine"]
+    only = {"metadata": {"name": "x", "finalizers": ["foregroundDeletion"]}}
+    assert DEFAULT_NOISE_POLICY.strip(only, source) == ["system-finalizer"]
+    assert only["metadata"] == {"name": "x"}
+    keep = NoisePolicy.from_config({"keep": [{"key": "kubernetes.io/*", "on": "finalizers"}]})
+    kept = {"metadata": {"name": "x", "finalizers": ["kubernetes.io/pv-protection"]}}
+    assert keep.strip(kept, source) == []
+    assert kept["metadata"]["finalizers"] == ["kubernetes.io/pv-protection"]
+    # `both` means labels and annotations, never finalizers
+    both = NoisePolicy.from_config({"strip": [{"reason": "x", "key": "example.com/*"}]})
+    mine = {"metadata": {"name": "x", "finalizers": ["example.com/mine"]}}
+    assert both.strip(mine, source) == []

@@ -296,7 +296,7 @@ def test_job_generated_selector() -> None:
     job: dict[str, Any] = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": meta("migrate", labels={"app": "db"}),
+        "metadata": meta("migrate", labels={"app": "db", **generated}),
         "spec": {
             "backoffLimit": 2,
             "selector": {"matchLabels": {**generated}},
@@ -306,6 +306,7 @@ def test_job_generated_selector() -> None:
             },
         },
     }
+    assert check(job)["metadata"]["labels"] == {"app": "db"}
     assert check(job)["spec"] == {
         "backoffLimit": 2,
         "template": {

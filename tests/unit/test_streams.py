@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubescribe import metrics
 from kubescribe.controller.streams import Initial, StreamSpec, TargetStream, merge_operations
 from kubescribe.mirror.changes import Change, Operation, PackedDocuments, Snapshot, TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY
+from kubescribe.mirror.owned import Content
 
 CM = ResourceType("", "v1", "configmaps", "ConfigMap", True)
 TARGET = TargetKey("ns", "t")
@@ -185,3 +187,38 @@ def test_packed_documents_unpack_a_fresh_tree_on_each_access() -> None:
     assert packed[key] == doc
     assert key in packed
     assert Identity("", "ConfigMap", "ns", "b") not in packed
+
+
+async def test_owned_content_keeps_written_fields_and_falls_back_when_unusable() -> None:
+    spec = StreamSpec(TARGET, CM, "ns", (None,), frozenset(Operation))
+    out: list[Change | Snapshot] = []
+    stream = TargetStream(
+        spec, DEFAULT_NOISE_POLICY, out.append, lambda: 1.0, content=Content("Owned")
+    )
+    written = cm("a")
+    written["metadata"]["managedFields"] = [
+        {
+            "apiVersion": "v1",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:data": {"f:a": {}}},
+            "manager": "kubectl",
+            "operation": "Apply",
+        }
+    ]
+    written["data"]["server"] = "filled"
+    before = metrics.CONTENT_FALLBACKS.labels("unsupported-format")._value.get()
+    await stream.on_event("ADDED", written, "7")
+    await stream.on_event("ADDED", cm("b"), "8")  # managedFields [{}]: unusable
+    first, second = out
+    assert isinstance(first, Change)
+    assert isinstance(second, Change)
+    assert first.document == {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "a", "namespace": "ns"},
+        "data": {"a": "1"},
+    }
+    assert second.document is not None
+    assert second.document["data"] == {"a": "1"}
+    assert metrics.CONTENT_FALLBACKS.labels("unsupported-format")._value.get() == before + 1
+    assert stream.fingerprint != sink()[0].fingerprint

@@ -568,10 +568,12 @@ class NoiseRuleSpec(NoiseMatcher):
 
 
 class NoiseKeep(ApiModel):
-    """Labels/annotations exempt from the strip rules below this entry."""
+    """Labels/annotations/finalizers exempt from the strip rules below this entry."""
 
-    key: str = Field(min_length=1, max_length=317, description="Glob on the key.")
-    on: Literal["labels", "annotations", "both"] = Field("both", description="Where.")
+    key: str = Field(min_length=1, max_length=317, description="Glob on the key or finalizer.")
+    on: Literal["labels", "annotations", "both", "finalizers"] = Field(
+        "both", description="Where (`both`: labels and annotations)."
+    )
     when: str | None = Field(
         None,
         max_length=317,
@@ -580,7 +582,7 @@ class NoiseKeep(ApiModel):
 
 
 class NoiseStrip(NoiseKeep):
-    """Labels/annotations removed from mirrored documents, counted by `reason`."""
+    """Labels/annotations/finalizers removed from mirrored documents, counted by `reason`."""
 
     reason: str = Field(
         min_length=1,
@@ -611,6 +613,55 @@ class NoiseSpec(ApiModel):
         default_factory=list,
         max_length=64,
         description="Labels/annotations to keep although the operator's policy removes them.",
+    )
+
+
+CONTROLLER_MANAGERS = ("kube-controller-manager", "horizontal-pod-autoscaler")
+_ManagerName = Annotated[str, Field(min_length=1, max_length=128)]
+
+
+class ContentKeep(ApiModel):
+    """A field kept in `Owned` content whoever set it (a server default included)."""
+
+    path: str = Field(
+        min_length=1,
+        max_length=512,
+        pattern=r"^[^.]+(\.[^.]+)*$",
+        description=(
+            "Dotted field path from the document root, `*` for every list item or map key"
+            " (e.g. `spec.template.spec.containers.*.imagePullPolicy`)."
+        ),
+    )
+    group: str = Field("*", max_length=253, description='API group glob; `""` is core.')
+    kind: str = Field("*", max_length=253, description="Kind glob.")
+
+
+class ContentSpec(ApiModel):
+    """What each mirrored document holds (docs/content.md)."""
+
+    mode: Literal["Owned", "Full"] = Field(
+        "Owned",
+        description=(
+            "Owned: only the fields some field manager owns (`metadata.managedFields`), so"
+            " what the API server defaulted or allocated is left out; an object without"
+            " usable managedFields is written in full. Full: the whole object (sanitized)."
+        ),
+    )
+    controllers: list[_ManagerName] = Field(
+        default_factory=lambda: list(CONTROLLER_MANAGERS),
+        max_length=32,
+        description=(
+            "Field managers whose fields are left out in Owned content unless another"
+            " manager owns them too (e.g. `spec.replicas` of an autoscaled Deployment);"
+            " `[]` keeps them."
+        ),
+        json_schema_extra={"default": list(CONTROLLER_MANAGERS)},
+    )
+    keep: list[ContentKeep] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Fields kept in Owned content although nobody (or a controller) owns them.",
+        json_schema_extra={"default": []},
     )
 
 
@@ -693,6 +744,9 @@ class GitTargetSpec(ApiModel):
     )
     kustomize: KustomizeSpec = _defaulted(
         KustomizeSpec, "Writing through a kustomization.yaml in the folder (Flux, Argo CD)."
+    )
+    content: ContentSpec = _defaulted(
+        ContentSpec, "What each document holds: the fields people wrote (Owned) or all (Full)."
     )
     noise: NoiseSpec | None = Field(
         None,

@@ -39,6 +39,7 @@ from kubescribe.mirror.layout import (
 )
 from kubescribe.mirror.layout import paths_overlap as overlap
 from kubescribe.mirror.noise import NoisePolicy
+from kubescribe.mirror.owned import FULL, Content, KeepField
 from kubescribe.mirror.window import parse_duration
 
 ObjKey = tuple[str, str]  # (namespace, name); namespace '' for cluster-scoped objects
@@ -93,6 +94,7 @@ class TargetPlan:
     problem: Problem | None = None
     path_problem: Problem | None = None
     noise: NoisePolicy | None = None  # None: the operator's policy
+    content: Content = FULL
 
     @property
     def writable(self) -> bool:
@@ -263,7 +265,17 @@ def _plan_target(obj: Mapping[str, Any], providers: Mapping[ObjKey, ProviderPlan
         )
     except LayoutError as exc:
         return TargetPlan(key, gen, spec, provider, problem=Problem(c.INVALID_TEMPLATE, str(exc)))
-    return TargetPlan(key, gen, spec, provider, folder, layout)
+    return TargetPlan(key, gen, spec, provider, folder, layout, content=content_of(spec))
+
+
+def content_of(spec: GitTargetSpec) -> Content:
+    """What the target's documents hold (`spec.content`)."""
+    wanted = spec.content
+    return Content(
+        wanted.mode,
+        tuple(sorted(set(wanted.controllers))),
+        tuple(KeepField(tuple(k.path.split(".")), k.group, k.kind) for k in wanted.keep),
+    )
 
 
 def _with_noise(target: TargetPlan, base: NoisePolicy) -> TargetPlan:
@@ -296,6 +308,7 @@ def _reject_overlaps(targets: list[TargetPlan], order: Mapping[TargetKey, tuple[
             plan.provider,
             plan.folder,
             plan.layout,
+            content=plan.content,
             path_problem=Problem(
                 c.PATH_OVERLAP,
                 f"path {plan.folder or '.'!r} overlaps GitTarget {clash.key} "

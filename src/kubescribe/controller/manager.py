@@ -55,6 +55,7 @@ from kubescribe.mirror.changes import Cursor, TargetKey
 from kubescribe.mirror.identity import ResourceType
 from kubescribe.mirror.layout import LOCAL_CLUSTER
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY, NoisePolicy
+from kubescribe.mirror.owned import FULL, Content
 from kubescribe.mirror.window import WindowPolicy, parse_duration
 from kubescribe.store.cursors import CursorStore, NoCursorStore
 
@@ -136,6 +137,7 @@ class _Running:
     task: asyncio.Task[None]
     noise: NoisePolicy | None = None  # the target's policy it was started with
     admitted: tuple[frozenset[str], ...] | None = None  # namespaces it admits (see StreamSpec)
+    content: Content = FULL  # the target's content mode it was started with
 
 
 @dataclass
@@ -447,11 +449,14 @@ class Manager:
         admitted = {key: spec.admitted(namespaces) for key, spec in wanted.items()}
         for key, running in list(self._streams.items()):
             spec = running.spec
-            target_noise = self.plan.targets[spec.target].noise if key in wanted else None
-            # A new noise policy re-renders every document; namespaces that join or leave
-            # are snapshotted in or (under prune Always) swept: both need a fresh list.
-            relist = key in wanted and (
-                running.noise != target_noise or running.admitted != admitted.get(key)
+            planned = self.plan.targets[spec.target] if key in wanted else None
+            # A new noise policy or content mode re-renders every document; namespaces that
+            # join or leave are snapshotted in or (under prune Always) swept: all need a fresh
+            # list.
+            relist = planned is not None and (
+                running.noise != planned.noise
+                or running.content != planned.content
+                or running.admitted != admitted.get(key)
             )
             if (
                 wanted.get(key) != spec
@@ -475,6 +480,7 @@ class Manager:
                 ack_now=self._cursors.acked_at_once,
                 admitted=admitted[key],
                 room=worker.room,
+                content=target.content,
             )
             resume = None
             if key in self._relist:
@@ -499,7 +505,12 @@ class Manager:
                 on_access=self._poke.set,
             )
             self._streams[key] = _Running(
-                spec, informer, asyncio.create_task(informer.run()), target.noise, admitted[key]
+                spec,
+                informer,
+                asyncio.create_task(informer.run()),
+                target.noise,
+                admitted[key],
+                target.content,
             )
         metrics.STREAMS.set(len(self._streams))
 

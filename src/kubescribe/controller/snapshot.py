@@ -22,6 +22,7 @@ from kubescribe.kube.informer import Informer
 from kubescribe.mirror.changes import Operation, PruneMode, TargetKey
 from kubescribe.mirror.layout import Layout, normalize_target_path
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY
+from kubescribe.mirror.owned import FULL, Content
 
 SNAPSHOT_TARGET = TargetKey("", "snapshot")
 
@@ -84,6 +85,7 @@ async def run_snapshot(
     folder: str,
     committer: Committer,
     progress: Callable[[Discovered], None],
+    content: Content = FULL,
 ) -> str | None:
     """Export; return the new branch tip (None when nothing was written)."""
     repo = _prepare(repo_dir, branch)
@@ -120,7 +122,9 @@ async def run_snapshot(
             spec = StreamSpec(
                 SNAPSHOT_TARGET, item.rtype, selection.namespace, (None,), frozenset(Operation)
             )
-            sink = TargetStream(spec, DEFAULT_NOISE_POLICY, worker.submit, time.monotonic)
+            sink = TargetStream(
+                spec, DEFAULT_NOISE_POLICY, worker.submit, time.monotonic, content=content
+            )
             informer = Informer(
                 client,
                 item.rtype,

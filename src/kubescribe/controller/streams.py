@@ -22,6 +22,7 @@ from kubescribe.mirror.changes import (
 )
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.noise import NoisePolicy
+from kubescribe.mirror.owned import FULL, Content, keep_owned
 from kubescribe.mirror.sanitize import sanitize
 from kubescribe.mirror.selectors import selector_matches, selector_query
 
@@ -109,9 +110,11 @@ class TargetStream:
         ack_now: Callable[[str, str], None] | None = None,
         admitted: tuple[frozenset[str], ...] | None = None,
         room: Callable[[], Awaitable[None]] | None = None,
+        content: Content = FULL,
     ) -> None:
         self.spec = spec
         self.room = room
+        self.content = content
         self.admitted = admitted  # see `StreamSpec.admitted`; fixed for the stream's life
         self.noise = noise
         self.submit = submit
@@ -122,11 +125,17 @@ class TargetStream:
     @property
     def fingerprint(self) -> str:
         """What a resume cursor of this stream depends on besides its key (a new noise policy
-        renders documents differently: the stream lists afresh)."""
+        or content mode renders documents differently: the stream lists afresh)."""
         spec = self.spec
         admitted = [sorted(a) for a in self.admitted] if self.admitted is not None else None
         text = json.dumps(
-            [list(spec.selectors), sorted(spec.operations), repr(self.noise), admitted],
+            [
+                list(spec.selectors),
+                sorted(spec.operations),
+                repr(self.noise),
+                admitted,
+                repr(self.content),
+            ],
             sort_keys=True,
             default=str,
         )
@@ -165,7 +174,13 @@ class TargetStream:
         return True
 
     def _document(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        doc = sanitize(obj)
+        owned = None
+        if self.content.owned:
+            kept = keep_owned(obj, self.content)
+            if kept.document is None:
+                metrics.CONTENT_FALLBACKS.labels(kept.fallback).inc()
+            owned = kept.document
+        doc = sanitize(obj, owned)
         for reason in self.noise.strip(doc, obj):
             metrics.STRIPPED.labels(reason).inc()
         doc.setdefault("apiVersion", self.spec.rtype.api_version)

@@ -138,11 +138,12 @@ DEFAULT_RULES: tuple[NoiseRule, ...] = (
 
 @dataclass(frozen=True)
 class StripRule:
-    """Removes bookkeeping labels or annotations from a mirrored document.
+    """Removes bookkeeping labels, annotations or finalizers from a mirrored document.
 
-    `key` is an fnmatch glob on the label/annotation key; `on` is `labels`, `annotations` or
-    `both`; with `when` (a glob), only objects holding a label or annotation key matching it
-    are touched. A rule whose `reason` is None is an exemption: a match keeps the key.
+    `key` is an fnmatch glob on the label/annotation key or the finalizer; `on` is `labels`,
+    `annotations`, `both` (labels and annotations) or `finalizers`; with `when` (a glob), only
+    objects holding a label or annotation key matching it are touched. A rule whose `reason`
+    is None is an exemption: a match keeps the key.
     """
 
     reason: str | None
@@ -151,7 +152,9 @@ class StripRule:
     when: str | None = None
 
     def applies(self, where: str, key: str, obj: Mapping[str, Any]) -> bool:
-        if self.on not in (where, "both") or not fnmatchcase(key, self.key):
+        if self.on != where and (self.on != "both" or where == "finalizers"):
+            return False
+        if not fnmatchcase(key, self.key):
             return False
         if self.when is None:
             return True
@@ -182,6 +185,15 @@ DEFAULT_STRIP: tuple[StripRule, ...] = (
     StripRule("kapp-bookkeeping", "kapp.k14s.io/identity", on="annotations"),
     StripRule("kapp-bookkeeping", "kapp.k14s.io/original", on="annotations"),
     StripRule("kapp-bookkeeping", "kapp.k14s.io/original-diff-md5", on="annotations"),
+    # Added by the API server's admission and garbage collector, never by a person.
+    *(
+        StripRule("system-finalizer", finalizer, on="finalizers")
+        for finalizer in (
+            "kubernetes.io/pvc-protection",
+            "kubernetes.io/pv-protection",
+            "foregroundDeletion",
+        )
+    ),
 )
 
 
@@ -191,8 +203,8 @@ class NoisePolicy:
     strip_rules: tuple[StripRule, ...] = DEFAULT_STRIP
 
     def strip(self, document: dict[str, Any], obj: Mapping[str, Any]) -> list[str]:
-        """Remove the bookkeeping labels and annotations of `document` (a sanitized copy of
-        `obj`, edited in place); the reason of each key removed."""
+        """Remove the bookkeeping labels, annotations and finalizers of `document` (a
+        sanitized copy of `obj`, edited in place); the reason of each one removed."""
         metadata = document.get("metadata")
         if not isinstance(metadata, dict) or not self.strip_rules:
             return []
@@ -210,6 +222,22 @@ class NoisePolicy:
                         break
             if not values:
                 del metadata[where]
+        finalizers = metadata.get("finalizers")
+        if isinstance(finalizers, list) and finalizers:
+            kept = []
+            for finalizer in finalizers:
+                first = next(
+                    (r for r in self.strip_rules if r.applies("finalizers", str(finalizer), obj)),
+                    None,
+                )
+                if first is None or first.reason is None:
+                    kept.append(finalizer)
+                else:
+                    reasons.append(first.reason)
+            if kept:
+                metadata["finalizers"] = kept
+            else:
+                del metadata["finalizers"]
         return reasons
 
     def classify(self, obj: Mapping[str, Any], *, group: str, resource: str) -> str | None:
@@ -288,7 +316,7 @@ _CONFIG_FIELDS = {
     "controllerOwned": "controller_owned",
     "annotation": "annotation",
 }
-_STRIP_PLACES = ("labels", "annotations", "both")
+_STRIP_PLACES = ("labels", "annotations", "both", "finalizers")
 
 
 def _check_keys(where: str, obj: Mapping[str, Any], allowed: set[str]) -> None:
@@ -341,7 +369,7 @@ def _parse_strip(where: str, entry: Any, *, keep: bool) -> StripRule:
             raise ValueError(f"{where}: reason must be a kebab-case string, got {reason!r}")
     key, on, when = entry.get("key"), entry.get("on", "both"), entry.get("when")
     if not isinstance(key, str) or not key:
-        raise ValueError(f"{where}: needs a key (a glob on label/annotation keys)")
+        raise ValueError(f"{where}: needs a key (a glob on label/annotation keys or finalizers)")
     if on not in _STRIP_PLACES:
         raise ValueError(f"{where}: on must be one of {list(_STRIP_PLACES)}, got {on!r}")
     if when is not None and not isinstance(when, str):

@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kubescribe.mirror.owned import owns
+
 # Set by the API server, plus ownerReferences (see `sanitize`). finalizers are kept.
 SERVER_METADATA = frozenset(
     {
@@ -29,6 +31,7 @@ BOOKKEEPING_ANNOTATIONS = frozenset(
     {
         "kubectl.kubernetes.io/last-applied-configuration",
         "deployment.kubernetes.io/revision",
+        "deprecated.daemonset.template.generation",
         "control-plane.alpha.kubernetes.io/leader",
         "pv.kubernetes.io/bind-completed",
         "pv.kubernetes.io/bound-by-controller",
@@ -56,12 +59,14 @@ class Strip:
     """Remove the value at `path` (map keys from the document root) when `when` holds.
 
     With `each`, the value must be a list, and only the items for which `each` holds are
-    removed. A map or list that becomes empty only because of a removal is removed as well.
+    removed; with `each` and `key`, only that key of those items. A map or list that becomes
+    empty only because of a removal is removed as well.
     """
 
     path: tuple[str, ...]
     when: Predicate = _always
     each: Predicate | None = None
+    key: str = ""
 
 
 def _not_headless(doc: Mapping[str, Any], value: Any) -> bool:
@@ -93,6 +98,23 @@ def _only_kubernetes_finalizer(doc: Mapping[str, Any], value: Any) -> bool:
     return isinstance(value, list) and value == ["kubernetes"]
 
 
+def _allocated_health_port(doc: Mapping[str, Any], value: Any) -> bool:
+    # Allocated unless a manager owns it; without managedFields, allocated as well.
+    return owns(doc, ("spec", "healthCheckNodePort")) is not True
+
+
+def _allocated_node_port(doc: Mapping[str, Any], port: Any) -> bool:
+    # Allocated when no manager owns it; without managedFields nobody can tell: kept. The
+    # port is found in the object by its node port (unique), as a copy may lack its key fields.
+    ports = _get(doc, ("spec", "ports"))
+    live = None
+    for candidate in ports if isinstance(ports, list) else ():
+        if isinstance(candidate, Mapping) and candidate.get("nodePort") == port.get("nodePort"):
+            live = candidate
+            break
+    return live is not None and owns(doc, ("spec", "ports"), live, "nodePort") is False
+
+
 _JOB_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
 
 # Fields the cluster fills in at runtime, keyed by (API group, kind); "" is the core group.
@@ -100,7 +122,8 @@ RUNTIME_FIELDS: Mapping[tuple[str, str], tuple[Strip, ...]] = {
     ("", "Service"): (
         Strip(("spec", "clusterIP"), when=_not_headless),
         Strip(("spec", "clusterIPs"), when=_not_headless),
-        Strip(("spec", "healthCheckNodePort")),
+        Strip(("spec", "healthCheckNodePort"), when=_allocated_health_port),
+        Strip(("spec", "ports"), each=_allocated_node_port, key="nodePort"),
     ),
     ("", "Pod"): (Strip(("spec", "nodeName")),),
     ("", "PersistentVolumeClaim"): (Strip(("spec", "volumeName"), when=_bound_by_controller),),
@@ -113,7 +136,8 @@ RUNTIME_FIELDS: Mapping[tuple[str, str], tuple[Strip, ...]] = {
     ("batch", "Job"): (
         Strip(("spec", "selector"), when=_generated_selector),
         *(
-            Strip(("spec", "template", "metadata", "labels", label), when=_generated_selector)
+            Strip((*where, "labels", label), when=_generated_selector)
+            for where in (("metadata",), ("spec", "template", "metadata"))
             for label in _JOB_UID_LABELS
         ),
     ),
@@ -148,6 +172,11 @@ def _apply(doc: dict[str, Any], original: Mapping[str, Any], strip: Strip) -> No
         return
     value = parents[-1][last]
     if not strip.when(original, value):
+        return
+    if strip.each is not None and strip.key:
+        for item in value if isinstance(value, list) else ():
+            if isinstance(item, dict) and strip.key in item and strip.each(original, item):
+                del item[strip.key]
         return
     if strip.each is not None:
         if not isinstance(value, list):
@@ -187,15 +216,17 @@ def _clean_metadata(metadata: dict[str, Any]) -> None:
             del metadata[key]
 
 
-def sanitize(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of `obj` without status, server-set metadata and per-kind runtime fields.
+def sanitize(obj: Mapping[str, Any], owned: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A copy of `obj` without status, server-set metadata and per-kind runtime fields; with
+    `owned` (the part of `obj` people wrote, `owned.keep_owned`), that document instead,
+    cleaned in place.
 
-    Idempotent; the input is not modified. Empty `labels`/`annotations` maps are dropped.
+    Idempotent; `obj` is not modified. Empty `labels`/`annotations` maps are dropped.
     `metadata.ownerReferences` are dropped: they name owner uids, which mean nothing outside
     this cluster, so a copy applied elsewhere would point at nothing and be garbage-collected.
     `metadata.finalizers` are kept: they are user intent.
     """
-    doc: dict[str, Any] = _plain_copy(obj)
+    doc: dict[str, Any] = _plain_copy(obj) if owned is None else dict(owned)
     doc.pop("status", None)
     metadata = doc.get("metadata")
     if isinstance(metadata, dict):
