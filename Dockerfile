@@ -46,7 +46,8 @@ COPY --from=build /opt/kubescribe /opt/kubescribe
 ENV PATH=/opt/kubescribe/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     HOME=/tmp \
     PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    MALLOC_ARENA_MAX=2
 USER 65532:65532
 WORKDIR /tmp
 EXPOSE 8080

@@ -497,9 +497,9 @@ def slope_per_hour(samples: list[tuple[float, float]]) -> float:
     return cov / var * 3600 if var else 0.0
 
 
-def soak(setup: Setup, minutes: float, objects: int = 100) -> dict[str, Any]:
-    """One change per second for `minutes`; RSS and open files sampled each minute. The slope
-    is taken after a warm-up of a fifth of the run (at least one minute)."""
+def soak(setup: Setup, minutes: float, rate: float = 1.0, objects: int = 100) -> dict[str, Any]:
+    """`rate` changes per second for `minutes`; RSS and open files sampled each minute. The
+    slope is taken after a warm-up of a fifth of the run (at least one minute)."""
     setup.mirror_objects()
     setup.start_operator()
     assert setup.operator is not None
@@ -508,6 +508,7 @@ def soak(setup: Setup, minutes: float, objects: int = 100) -> dict[str, Any]:
     setup.remote.wait(lambda t: len(t) >= objects, 60)
     commits_before = setup.remote.commits()
     rss: list[tuple[float, float]] = []
+    anon: list[tuple[float, float]] = []  # RSS less the mapped pack files (page cache)
     fds: list[tuple[float, float]] = []
 
     async def drive() -> int:
@@ -521,11 +522,12 @@ def soak(setup: Setup, minutes: float, objects: int = 100) -> dict[str, Any]:
                     f"/api/v1/namespaces/{NS}/configmaps/{name}", {"data": {"v": str(changes)}}
                 )
                 changes += 1
-                if changes % 60 == 1:
+                if len(rss) <= elapsed // 60:
                     assert setup.operator is not None
                     rss.append((elapsed, setup.rss_mb()))
+                    anon.append((elapsed, setup.rss_mb("RssAnon")))
                     fds.append((elapsed, float(setup.operator.open_files())))
-                await asyncio.sleep(max(0.0, start + changes - time.monotonic()))
+                await asyncio.sleep(max(0.0, start + changes / rate - time.monotonic()))
         finally:
             await client.close()
         return changes
@@ -538,15 +540,23 @@ def soak(setup: Setup, minutes: float, objects: int = 100) -> dict[str, Any]:
     return {
         "workload": "soak",
         "minutes": minutes,
+        "rate": rate,
         "changes": changes,
         "commits": setup.remote.commits() - commits_before,
         "rss_mb_first_last": [rss[warm][1], rss[-1][1]] if len(rss) > warm else None,
         "rss_mb_per_hour": round(slope_per_hour(rss[warm:]), 2) if len(rss) > warm + 1 else None,
+        "anon_rss_mb_first_last": [anon[warm][1], anon[-1][1]] if len(anon) > warm else None,
+        "anon_rss_mb_per_hour": round(slope_per_hour(anon[warm:]), 2)
+        if len(anon) > warm + 1
+        else None,
         "open_files_first_last": [fds[warm][1], fds[-1][1]] if len(fds) > warm else None,
         "open_files_per_hour": round(slope_per_hour(fds[warm:]), 2)
         if len(fds) > warm + 1
         else None,
         "cache_packs": int(metric_total(setup.operator, "kubescribe_cache_packs")),
+        "libgit2_cached_mb": round(
+            metric_total(setup.operator, "kubescribe_libgit2_cached_bytes") / 2**20, 1
+        ),
         "cache_tidies": int(metric_total(setup.operator, "kubescribe_cache_repacks_total")),
     }
 
@@ -564,8 +574,14 @@ def soak(setup: Setup, minutes: float, objects: int = 100) -> dict[str, Any]:
     " mode, alternating.",
 )
 @click.option("--soak-minutes", default=30.0, show_default=True)
+@click.option("--soak-rate", default=1.0, show_default=True, help="changes per second")
 def main(
-    workloads: tuple[str, ...], samples: int, sizes: str, contents: str, soak_minutes: float
+    workloads: tuple[str, ...],
+    samples: int,
+    sizes: str,
+    contents: str,
+    soak_minutes: float,
+    soak_rate: float,
 ) -> None:
     """WORKLOADS: any of latency_isolated latency_stream latency_stream_kustomized backfill
     burst crash warm_restart adopt soak (default: all but soak; backfill 50000 and soak are
@@ -604,7 +620,7 @@ def main(
     if "adopt" in chosen:
         runs.append(("adopt", lambda s: adopt(s, 10000)))
     if "soak" in chosen:
-        runs.append(("soak", lambda s: soak(s, soak_minutes)))
+        runs.append(("soak", lambda s: soak(s, soak_minutes, soak_rate)))
     modes = [m for m in contents.split(",") if m]
     for _, run in runs:
         for mode in modes:

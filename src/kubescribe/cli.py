@@ -26,6 +26,7 @@ from kubescribe.controller.snapshot import (
     select_types,
 )
 from kubescribe.controller.webhookcerts import CA_VALIDITY, CERT_VALIDITY, CertificateOptions
+from kubescribe.git.repo import limit_libgit2_memory
 from kubescribe.git.targets import Committer
 from kubescribe.git.urlpolicy import NetworkPolicy, set_network_policy
 from kubescribe.kube.client import KubeClient
@@ -358,6 +359,7 @@ def run(
     """Run the operator until SIGTERM/SIGINT; pending writes are flushed on the way out."""
     logs.configure(log_level)
     set_network_policy(NetworkPolicy(deny_private=deny_private_networks))
+    limit_libgit2_memory()
     for many in ("audit_extra_routes", "webhook_client_cns"):
         attribution[many] = tuple(attribution[many])
     attribution_options = AttributionOptions(**attribution)

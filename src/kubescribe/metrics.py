@@ -63,6 +63,11 @@ CACHE_PACKS = Gauge(
     ["branch"],
     registry=REGISTRY,
 )
+LIBGIT2_CACHED = Gauge(
+    "kubescribe_libgit2_cached_bytes",
+    "Memory held by libgit2's object cache (bounded at 32 MiB), sampled after each batch.",
+    registry=REGISTRY,
+)
 REPACKS = Counter(
     "kubescribe_cache_repacks_total",
     "Object cache repacks (one pack of the reachable objects; garbage dropped).",

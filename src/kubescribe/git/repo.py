@@ -159,6 +159,21 @@ class CacheRepository(pygit2.Repository):
         )
 
 
+# libgit2's process-wide limits, sized for a long-running writer rather than a one-shot git
+# command: its object cache (default 256 MiB) would keep every tree and commit a long run
+# reads; mapped pack windows (default 8 GiB) and open pack files (default unlimited) likewise.
+_OBJECT_CACHE_BYTES = 32 << 20
+_MAPPED_PACK_BYTES = 128 << 20
+_OPEN_PACK_FILES = 128
+
+
+def limit_libgit2_memory() -> None:
+    """Bound what libgit2 keeps across batches (call once, before any repository opens)."""
+    pygit2.settings.cache_max_size(_OBJECT_CACHE_BYTES)
+    pygit2.settings.mwindow_mapped_limit = _MAPPED_PACK_BYTES
+    pygit2.settings.mwindow_file_limit = _OPEN_PACK_FILES
+
+
 def normalize_url(url: str) -> str:
     """The key of a repository for "one writer per (repository, branch)".
 

@@ -234,6 +234,7 @@ class Writer:
         repo = self.repo
         packs = pack_count(repo.repo)
         self._packs_gauge.set(packs)
+        metrics.LIBGIT2_CACHED.set(pygit2.settings.cached_memory[0])
         if packs < self.tidy_at:
             return
         started = time.perf_counter()
