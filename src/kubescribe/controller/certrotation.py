@@ -32,6 +32,19 @@ CA_NAME = "kubescribe-webhook-ca"
 SERVING_NAME = "kubescribe-webhooks"
 MAX_BACKDATE = dt.timedelta(minutes=5)  # tolerated clock skew between nodes
 
+# What a CA key may do: sign certificates and CRLs (and, as a signature key, nothing else).
+CA_KEY_USAGE = x509.KeyUsage(
+    digital_signature=True,
+    key_cert_sign=True,
+    crl_sign=True,
+    content_commitment=False,
+    key_encipherment=False,
+    data_encipherment=False,
+    key_agreement=False,
+    encipher_only=False,
+    decipher_only=False,
+)
+
 
 @dataclass(frozen=True)
 class Policy:
@@ -226,17 +239,7 @@ def issue_ca(now: dt.datetime, validity: dt.timedelta) -> Issued:
         .not_valid_after(now + validity)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
+            CA_KEY_USAGE,
             critical=True,
         )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
