@@ -8,7 +8,14 @@ from typing import Any
 
 import pytest
 
-from kubescribe.mirror.owned import Content, KeepField, keep_owned, owns
+from kubescribe.mirror.owned import (
+    CLIENT_SIDE_APPLY,
+    LAST_APPLIED,
+    Content,
+    KeepField,
+    keep_owned,
+    owns,
+)
 from kubescribe.mirror.sanitize import sanitize
 
 OWNED = Content("Owned", ("horizontal-pod-autoscaler", "kube-controller-manager"))
@@ -493,3 +500,43 @@ def test_a_client_side_apply_entry_that_does_not_parse_falls_back() -> None:
         )
     }
     assert keep_owned(obj, OWNED).fallback == "malformed"
+
+
+def stored_secret(
+    *entries: dict[str, Any], annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A Secret as the API server keeps it: `stringData` already moved into `data`."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": "db",
+            "namespace": "ns",
+            "annotations": annotations or {},
+            "managedFields": list(entries),
+        },
+        "data": {"password": "c2VjcmV0", "user": "YXBw"},
+        "type": "Opaque",
+    }
+
+
+def test_secret_string_data_owns_its_data_keys_for_both_kinds_of_apply() -> None:
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "db", "namespace": "ns"},
+        "stringData": {"password": "secret", "user": "app"},
+    }
+    annotations = {LAST_APPLIED: json.dumps(manifest)}
+    client_side: dict[str, Any] = {
+        "f:data": {".": {}, "f:password": {}, "f:user": {}},
+        "f:metadata": {"f:annotations": {".": {}, f"f:{LAST_APPLIED}": {}}},
+        "f:type": {},
+    }
+    csa = stored_secret(
+        entry(client_side, CLIENT_SIDE_APPLY, "Update", "v1"), annotations=annotations
+    )
+    assert owned(csa)["data"] == {"password": "c2VjcmV0", "user": "YXBw"}
+    server_side: dict[str, Any] = {"f:stringData": {"f:password": {}, "f:user": {}}}
+    ssa = stored_secret(entry(server_side, "kubectl", "Apply", "v1"))
+    assert owned(ssa)["data"] == {"password": "c2VjcmV0", "user": "YXBw"}

@@ -113,6 +113,7 @@ def _ownership(obj: Mapping[str, Any], controllers: tuple[str, ...]) -> _Node:
     if not isinstance(entries, list):
         raise _Unusable("malformed")
     root = _Node()
+    secret = obj.get("kind") == "Secret" and obj.get("apiVersion") == "v1"
     for entry in entries:
         if not isinstance(entry, dict):
             raise _Unusable("malformed")
@@ -134,11 +135,32 @@ def _ownership(obj: Mapping[str, Any], controllers: tuple[str, ...]) -> _Node:
             and (manifest := _last_applied(metadata)) is not None
         ):
             # What it owns beyond its last manifest are the defaults of its create.
-            fields, owner = _written(fields, manifest), _APPLY
+            fields, owner = _written(fields, _as_stored(manifest)), _APPLY
         else:
             owner = _UPDATE
-        _merge(root, fields, owner)
+        _merge(root, _string_data_as_data(fields) if secret else fields, owner)
     return root
+
+
+def _as_stored(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A manifest as the API server stores it: a Secret's `stringData` is merged into `data`
+    (write-only: it is never stored, so it would own nothing)."""
+    string_data = manifest.get("stringData")
+    if manifest.get("kind") != "Secret" or not isinstance(string_data, dict):
+        return manifest
+    data = manifest.get("data")
+    return {**manifest, "data": {**(data if isinstance(data, dict) else {}), **string_data}}
+
+
+def _string_data_as_data(fields: dict[str, Any]) -> dict[str, Any]:
+    """A Secret's ownership with `f:stringData` counted as `f:data` (server-side apply of
+    `stringData` owns the keys the server moves into `data`)."""
+    string_data = fields.get("f:stringData")
+    if not isinstance(string_data, dict):
+        return fields
+    data = fields.get("f:data")
+    merged = {**(data if isinstance(data, dict) else {}), **string_data}
+    return {**fields, "f:data": merged}
 
 
 CLIENT_SIDE_APPLY = "kubectl-client-side-apply"
