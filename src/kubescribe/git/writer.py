@@ -29,6 +29,7 @@ from kubescribe.git.repo import (
     PushDenied,
     PushRejected,
     RemoteUnavailable,
+    normalize_url,
 )
 from kubescribe.git.targets import Committer, Item, TargetConfig
 from kubescribe.mirror.changes import TargetKey
@@ -89,7 +90,7 @@ class Writer:
         self.tip: pygit2.Oid | None = None
         self.tip_known = False
         self.cache = BuildCache()
-        self._packs_gauge = metrics.CACHE_PACKS.labels(branch)
+        self._packs_gauge = metrics.CACHE_PACKS.labels(f"{normalize_url(url)}#{branch}")
 
     def open(self) -> GitRepository:
         repo = self.repo
