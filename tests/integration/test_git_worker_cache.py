@@ -118,7 +118,10 @@ async def test_a_full_cache_disk_says_so_and_converges_once_space_returns(
         assert "No space left on device" in failure.message
         assert str(small_disk / "cache") in failure.message
         (small_disk / "filler").unlink()
-        await until(lambda: path_of("b") in remote.files(), "the write after space returned")
-        assert h.last().ok
+        # The remote shows the push before the worker reports it: wait for both.
+        await until(
+            lambda: path_of("b") in remote.files() and h.last().ok,
+            "the write after space returned, reported",
+        )
     finally:
         await h.worker.stop(timeout=5)
