@@ -110,7 +110,9 @@ def test_custom_resource_definition_is_served(controlplane: ControlPlane, namesp
             break
         time.sleep(0.2)
     assert done.returncode == 0, done.stderr
-    assert controlplane.get_json("widgets", "w1", "-n", namespace)["spec"] == {"size": 3}
+    assert controlplane.get_json("widgets.example.kubescribe.io", "w1", "-n", namespace)[
+        "spec"
+    ] == {"size": 3}
 
 
 class _AuditReceiver:
