@@ -190,6 +190,22 @@ async def test_adopted_files_make_no_commit_and_edits_stay_minimal(
     ]
 
 
+async def test_a_file_the_operator_wrote_and_a_person_reformatted_keeps_their_formatting(
+    remote: BareRemote, make: Callable[..., WorkerHarness]
+) -> None:
+    """The operator re-renders its own files without parsing them; once a person has edited
+    one, it is theirs again (the writer's memory of what it rendered does not outlive that)."""
+    h = make()
+    await h.settle(upsert("a", size="10"))
+    await h.settle(upsert("a", op=Operation.UPDATE, size="11"))
+    assert read_doc(remote, path_of("a"))["data"] == {"size": "11"}
+    kept = remote.read(path_of("a")).replace("size: '11'", "size: '11'  # tuned by hand")
+    assert "tuned" in kept
+    remote.commit_foreign(path_of("a"), kept, "A comment")
+    await h.settle(upsert("a", op=Operation.UPDATE, size="12"))
+    assert remote.read(path_of("a")) == kept.replace("'11'", "'12'")
+
+
 async def test_a_second_document_of_one_identity_is_reported_not_duplicated(
     remote: BareRemote, make: Callable[..., WorkerHarness]
 ) -> None:

@@ -463,7 +463,9 @@ class Build:
             if multi is None and not plan.free(path, identity):
                 raise RefusedContent(c.PATH_CONFLICT, f"{path} already holds another file")
             data = config.renderer.render(identity, rtype, document, previous)
-            if previous is not None and not encrypted:
+            rendered = data
+            ours = entry is not None and entry.rendered and multi is None
+            if previous is not None and not encrypted and not ours:
                 # A file a person keeps: unchanged content keeps its bytes, a change keeps
                 # comments and formatting where values did not change.
                 data = docedit.adopt(previous, document, data)
@@ -489,7 +491,7 @@ class Build:
         if entry is not None and entry.path == path and entry.oid == oid:
             return path
         self.repo.create_blob(data)
-        plan.write(identity, Entry(path, oid))
+        plan.write(identity, Entry(path, oid, rendered=data == rendered and not encrypted))
         return path
 
     def _multi_file(self, plan: _Plan, path: str) -> bytes | None:

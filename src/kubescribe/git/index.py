@@ -32,7 +32,7 @@ _PLAIN_VALUE = re.compile(r"[^\s&*!|>%@`{\[]\S*")
 _DOCUMENT_MARKER = re.compile(rb"^(?:---|\.\.\.)", re.MULTILINE)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
     """A document's file: path relative to the repository root, and its blob."""
 
@@ -40,6 +40,9 @@ class Entry:
     oid: pygit2.Oid
     multi: bool = False  # one of several documents of the file at `path`
     held: Identity | None = None  # a multi-document file's own identity of it (untranslated)
+    # The blob is the operator's own rendering (written by this process): the next change
+    # renders afresh without parsing the file to find out.
+    rendered: bool = False
 
 
 def identify_all(data: bytes) -> Held:

@@ -19,15 +19,16 @@ from collections.abc import Iterable
 from pathlib import Path
 
 _LARGE_OFFSET = 0x80000000
-# Object types as libgit2 numbers them (and the pack format stores them).
-_TYPE_NAMES = {1: b"commit", 2: b"tree", 3: b"blob", 4: b"tag"}
 
 
-def write_objects(git_dir: str | Path, objects: Iterable[tuple[int, bytes]]) -> str | None:
-    """Store `objects` ((libgit2 type, raw content) pairs) in one new pack of the repository
-    at `git_dir`; returns
-    the pack's name (`pack-<checksum>`), None when there was nothing to write. Entries stream
-    to the file, so a large pack never sits in memory whole; duplicates are written once."""
+def write_objects(
+    git_dir: str | Path, objects: Iterable[tuple[bytes, int, bytes]], level: int = 1
+) -> str | None:
+    """Store `objects` ((raw id, libgit2 type, raw content) triples, the ids as libgit2
+    computed them) in one new pack of the repository at `git_dir`, compressed at zlib `level`;
+    returns the pack's name (`pack-<checksum>`), None when there was nothing to write. Entries
+    stream to the file, so a large pack never sits in memory whole; duplicates are written
+    once."""
     directory = Path(git_dir) / "objects" / "pack"
     directory.mkdir(parents=True, exist_ok=True)
     entries: dict[bytes, tuple[int, int]] = {}  # raw id -> (offset, crc32)
@@ -35,12 +36,10 @@ def write_objects(git_dir: str | Path, objects: Iterable[tuple[int, bytes]]) -> 
     try:
         with os.fdopen(fd, "w+b") as f:
             f.write(b"PACK" + struct.pack(">II", 2, 0))  # the count is known at the end
-            for kind, data in objects:
-                header = b"%s %d\0" % (_TYPE_NAMES[kind], len(data))
-                raw = hashlib.sha1(header + data, usedforsecurity=False).digest()
+            for raw, kind, data in objects:
                 if raw in entries:
                     continue
-                entry = _entry_header(kind, len(data)) + zlib.compress(data, 1)
+                entry = _entry_header(kind, len(data)) + zlib.compress(data, level)
                 entries[raw] = (f.tell(), zlib.crc32(entry))
                 f.write(entry)
             if not entries:

@@ -40,10 +40,14 @@ class PendingObjects(pygit2.OdbBackend):
         return len(self._objects)
 
     def flush(self) -> int:
-        """Write the pending objects as one pack; returns how many were written."""
+        """Write the pending objects as one pack; returns how many were written.
+
+        Uncompressed: deflating is most of the cost of a batch's pack (a tree is mostly object
+        ids, which do not compress), and the cache's upkeep compresses what it keeps."""
         count = len(self._objects)
         if count:
-            write_objects(self._git_dir, self._objects.values())
+            objects = ((oid.raw, kind, data) for oid, (kind, data) in self._objects.items())
+            write_objects(self._git_dir, objects, level=0)
             self._objects.clear()
         return count
 

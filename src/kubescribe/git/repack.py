@@ -58,7 +58,7 @@ def tidy(repo: pygit2.Repository) -> TidyResult:
         return repack(repo)
     odb = repo.odb
     ids = [oid for idx in small for oid in _object_ids(idx)]
-    written = write_objects(repo.path, (odb.read(oid) for oid in ids))
+    written = write_objects(repo.path, ((oid.raw, *odb.read(oid)) for oid in ids))
     for idx in small:
         if idx.stem != written:
             idx.with_suffix(".pack").unlink(missing_ok=True)
@@ -87,7 +87,7 @@ def repack(repo: pygit2.Repository) -> TidyResult:
     before = {p.name for p in (objects / "pack").glob("pack-*")}
     reachable = list(_reachable(repo))
     odb = repo.odb
-    stem = write_objects(repo.path, (odb.read(oid) for oid in reachable))
+    stem = write_objects(repo.path, ((oid.raw, *odb.read(oid)) for oid in reachable))
     kept = {f"{stem}.pack", f"{stem}.idx"} if stem is not None else set()
     packs_removed = 0
     for name in before - kept:
