@@ -70,7 +70,7 @@ LIBGIT2_CACHED = Gauge(
 )
 REPACKS = Counter(
     "kubescribe_cache_repacks_total",
-    "Object cache repacks (one pack of the reachable objects; garbage dropped).",
+    "Object cache tidies: small packs merged, or one pack of the reachable objects (a repack).",
     registry=REGISTRY,
 )
 BACKPRESSURE = Counter(

@@ -9,7 +9,7 @@ import pygit2
 from pygit2.enums import FileMode
 
 from kubescribe.git.pending import PendingObjects
-from kubescribe.git.repack import pack_count, repack, tidy
+from kubescribe.git.repack import PACK_LIMIT, pack_count, packs_to_merge, repack, tidy
 
 SIG = pygit2.Signature("t", "t@example.invalid", 0, 0)
 
@@ -124,3 +124,35 @@ def test_tidy_repacks_when_the_small_packs_outweigh_the_largest(tmp_path: Path) 
     repo = pygit2.Repository(repo.path)
     assert pack_count(repo) == 1
     fsck(repo)
+
+
+def test_packs_to_merge_keeps_a_geometric_progression() -> None:
+    assert packs_to_merge([]) == 0
+    assert packs_to_merge([5]) == 0
+    assert packs_to_merge([1, 3, 9, 27]) == 0  # each holds twice all smaller ones together
+    assert packs_to_merge([1, 1, 10, 100]) == 2
+    assert packs_to_merge([4, 4, 4, 120]) == 3
+    assert packs_to_merge([1, 1, 3, 9, 27]) == 5  # the merge rolls up: everything
+
+
+def test_a_long_run_rewrites_each_object_a_few_times_and_keeps_few_packs() -> None:
+    """20,000 batches of 6 objects, tidied as the writer does (from 8 packs on)."""
+    packs: list[int] = []
+    written = rewritten = 0
+    most = 0
+    tidy_at = PACK_LIMIT
+    for _ in range(20_000):
+        packs.append(6)
+        written += 6
+        most = max(most, len(packs))
+        if len(packs) < tidy_at:
+            continue
+        packs.sort()
+        merge = packs_to_merge(packs)
+        if merge:
+            merged = sum(packs[:merge])
+            rewritten += merged
+            packs = [merged, *packs[merge:]]
+        tidy_at = max(PACK_LIMIT, len(packs) + 1)
+    assert most <= 12
+    assert rewritten < 12 * written  # logarithmic: merging into one pack each time is quadratic

@@ -21,6 +21,7 @@ from kubescribe.git.intake import (
     Group,
     RequestHandle,
 )
+from kubescribe.git.lookup_names import lookup_name
 from kubescribe.git.targets import (
     SOPS_CONFIG,
     Committer,
@@ -939,7 +940,7 @@ def _read(repo: pygit2.Repository, root: pygit2.Oid | None, path: str) -> bytes 
     if not isinstance(tree, pygit2.Tree):
         return None
     try:
-        obj = repo[tree[path].id]
+        obj = repo[tree[lookup_name(path)].id]
     except KeyError:
         return None
     return obj.data if isinstance(obj, pygit2.Blob) else None

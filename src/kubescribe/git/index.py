@@ -15,6 +15,7 @@ import pygit2
 import yaml
 from pygit2.enums import FileMode
 
+from kubescribe.git.lookup_names import lookup_name
 from kubescribe.mirror.docedit import is_multi, split
 from kubescribe.mirror.identity import Identity, identity_from_header, identity_of
 from kubescribe.mirror.yamlfmt import load_yaml
@@ -239,7 +240,7 @@ def folder_tree(repo: pygit2.Repository, root: pygit2.Oid | None, folder: str) -
     tree = repo[root]
     assert isinstance(tree, pygit2.Tree)
     try:
-        entry = tree[folder]
+        entry = tree[lookup_name(folder)]
     except KeyError:
         return None
     return entry.id if entry.filemode == FileMode.TREE else None

@@ -2,9 +2,12 @@
 
 Every batch adds a pack (see `pending`) and every fetch adds one; a long run would pile up
 thousands, and libgit2 looks through each on a lookup miss. Objects of builds that were thrown
-away (a rejected push, a failed one) are garbage. `tidy` keeps the cost geometric: the small
-packs are merged into one while they hold fewer objects than the largest; once they hold as
-many, everything reachable from a reference is written as one pack (a repack) and the rest,
+away (a rejected push, a failed one) are garbage. `tidy` keeps the packs a geometric
+progression (as `git repack --geometric=2`): each pack holds at least twice as many objects as
+all smaller packs together, and the smallest packs that break that are merged into one. An
+object is so rewritten a logarithmic number of times, and the packs stay few (a progression of
+factor 3 between 8 and 100,000 objects is 8 packs). When the merge would take every pack,
+everything reachable from a reference is written as one pack instead (a repack) and the rest,
 packs, loose objects and garbage, is removed.
 """
 
@@ -18,6 +21,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import FileMode
 
+from kubescribe.git.lookup_names import lookup_name
 from kubescribe.git.pack import write_objects
 
 _LOOSE_DIR = re.compile(r"^[0-9a-f]{2}$")
@@ -30,12 +34,29 @@ _LOOSE_DIR = re.compile(r"^[0-9a-f]{2}$")
 PACK_LIMIT = 8
 
 
+# Each pack holds at least this many times the objects of all smaller packs together.
+_FACTOR = 2
+
+
 @dataclass(frozen=True)
 class TidyResult:
-    kind: str  # "merge" or "repack"
+    kind: str  # "merge", "repack", or "none" (the packs already form a progression)
     objects: int  # objects written to the new pack
     packs_removed: int
     loose_removed: int
+    packs: int  # packs left
+
+
+def packs_to_merge(sizes: list[int]) -> int:
+    """How many of the smallest packs (object counts, ascending) to merge so that every pack
+    left holds at least `_FACTOR` times as many objects as all smaller ones together."""
+    count = 0
+    smaller = 0
+    for i, size in enumerate(sizes):
+        if i and size < _FACTOR * smaller:
+            count = i + 1
+        smaller += size
+    return count
 
 
 def pack_count(repo: pygit2.Repository) -> int:
@@ -50,12 +71,13 @@ def tidy(repo: pygit2.Repository) -> TidyResult:
     """
     directory = Path(repo.path) / "objects" / "pack"
     sizes = {idx: _object_count(idx) for idx in directory.glob("pack-*.idx")}
-    if not sizes:
+    ordered = sorted(sizes, key=lambda idx: sizes[idx])
+    merge = packs_to_merge([sizes[idx] for idx in ordered])
+    if merge == len(ordered):  # also: no pack at all (loose objects only)
         return repack(repo)
-    largest = max(sizes, key=lambda idx: sizes[idx])
-    small = [idx for idx in sizes if idx != largest]
-    if sum(sizes[idx] for idx in small) >= sizes[largest]:
-        return repack(repo)
+    if merge == 0:
+        return TidyResult("none", 0, 0, 0, len(ordered))
+    small = ordered[:merge]
     odb = repo.odb
     ids = [oid for idx in small for oid in _object_ids(idx)]
     written = write_objects(repo.path, ((oid.raw, *odb.read(oid)) for oid in ids))
@@ -63,7 +85,7 @@ def tidy(repo: pygit2.Repository) -> TidyResult:
         if idx.stem != written:
             idx.with_suffix(".pack").unlink(missing_ok=True)
             idx.unlink(missing_ok=True)
-    return TidyResult("merge", len(set(ids)), len(small), 0)
+    return TidyResult("merge", len(set(ids)), len(small), 0, len(ordered) - merge + 1)
 
 
 def _object_count(idx: Path) -> int:
@@ -100,7 +122,7 @@ def repack(repo: pygit2.Repository) -> TidyResult:
                 loose.unlink(missing_ok=True)
                 loose_removed += 1
             sub.rmdir()
-    return TidyResult("repack", len(reachable), packs_removed, loose_removed)
+    return TidyResult("repack", len(reachable), packs_removed, loose_removed, int(stem is not None))
 
 
 def _reachable(repo: pygit2.Repository) -> Iterator[pygit2.Oid]:
@@ -108,7 +130,7 @@ def _reachable(repo: pygit2.Repository) -> Iterator[pygit2.Oid]:
     walker = repo.walk(None)
     tips = 0
     for name in repo.references:
-        target = repo.references[name].resolve().target
+        target = repo.references[lookup_name(name)].resolve().target
         if isinstance(target, pygit2.Oid) and isinstance(repo.get(target), pygit2.Commit):
             walker.push(target)
             tips += 1

@@ -23,6 +23,7 @@ from pygit2.enums import FetchPrune
 
 from kubescribe.api import conditions as c
 from kubescribe.git.cachelock import CacheLock
+from kubescribe.git.lookup_names import lookup_name
 from kubescribe.git.transport.callbacks import (
     GitCallbacks,
     refuse_offsite_redirects,
@@ -337,12 +338,13 @@ class GitRepository:
         self, path: Path, source: str, branch: str, new_tip: pygit2.Oid, expected: pygit2.Oid | None
     ) -> None:
         """libgit2's local transport moves the target ref without compare-and-swap, so a
-        foreign push landing meanwhile could be overwritten. Send the objects to a scratch ref,
+        foreign push landing meanwhile could be overwritten. Send the objects to a scratch ref
+        (one per branch: two writers of a branch may share it, only the branch's move counts),
         then move the branch under the ref lock only if it still points at `expected`."""
-        scratch = f"refs/kubescribe/incoming/{new_tip}"
+        scratch = _ref_name("refs/kubescribe/incoming/", branch)
         try:
             self._remote.push([f"+{source}:{scratch}"], callbacks=self._callbacks())
-            remote = pygit2.Repository(str(path))
+            remote = pygit2.Repository(lookup_name(str(path)))
         except (pygit2.GitError, OSError) as exc:
             raise RemoteUnavailable(f"push failed: {redact(str(exc), self.url)}") from None
         name = _ref_name("refs/heads/", branch)
@@ -361,6 +363,7 @@ class GitRepository:
         finally:
             with contextlib.suppress(pygit2.GitError, KeyError):
                 remote.references.delete(scratch)
+            remote.free()  # its packs and caches now, not when the garbage collector runs
 
     def _check_address(self, what: str) -> None:
         """The URL policy again, on the addresses the host resolves to now (DNS rebinding)."""
@@ -407,4 +410,4 @@ def _ref_name(prefix: str, branch: str) -> str:
         "refs/heads/" + branch
     ):
         raise ValueError(f"invalid branch name {branch!r}")
-    return name
+    return lookup_name(name)

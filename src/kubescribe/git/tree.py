@@ -11,6 +11,8 @@ from collections.abc import Mapping
 import pygit2
 from pygit2.enums import FileMode
 
+from kubescribe.git.lookup_names import lookup_name
+
 _BLOB_MODES = frozenset({FileMode.BLOB, FileMode.BLOB_EXECUTABLE})
 
 
@@ -64,7 +66,7 @@ def _edit(
         if sep:
             subdirs.setdefault(head, {})[rest] = oid
             continue
-        existing = builder.get(head)
+        existing = builder.get(lookup_name(head))
         if existing is not None and existing.filemode == FileMode.TREE:
             raise TreeConflict(prefix + path, "is a directory")
         if oid is not None:
@@ -78,7 +80,7 @@ def _edit(
             builder.remove(head)
             changed = True
     for name, sub in subdirs.items():
-        existing = builder.get(name)
+        existing = builder.get(lookup_name(name))
         child: pygit2.Tree | None = None
         if existing is not None and existing.filemode == FileMode.TREE:
             child = _tree(repo, existing.id)

@@ -17,11 +17,11 @@ from typing import Any
 
 import pygit2
 
-from kubescribe import metrics
+from kubescribe import heap, metrics
 from kubescribe.api import conditions as c
 from kubescribe.git.build import Build, BuildCache, Outcome
 from kubescribe.git.pending import PendingObjects
-from kubescribe.git.repack import PACK_LIMIT, pack_count, tidy
+from kubescribe.git.repack import PACK_LIMIT, TidyResult, pack_count, tidy
 from kubescribe.git.repo import (
     CallbacksFactory,
     CommitSigner,
@@ -239,6 +239,7 @@ class Writer:
         if packs < self.tidy_at:
             return
         started = time.perf_counter()
+        result: TidyResult | None = None
         try:
             with repo.cache_lock.exclusive():
                 result = tidy(repo.repo)
@@ -247,9 +248,14 @@ class Writer:
             self.log.warning("cache.tidy_failed", error=str(exc))
             return
         finally:
-            self._drop_repo()  # open afresh: this instance maps removed packs
-        self.tidy_at = PACK_LIMIT
-        self._packs_gauge.set(1 if result.kind == "repack" else 2)
+            if result is None or result.kind != "none":
+                self._drop_repo()  # open afresh: this instance maps removed packs
+                heap.trim()  # what the repack read, and the dropped instance held
+        # Packs in a progression: look again after the next batch's pack.
+        self.tidy_at = max(PACK_LIMIT, result.packs + 1)
+        self._packs_gauge.set(result.packs)
+        if result.kind == "none":
+            return
         metrics.REPACKS.inc()
         self.log.info(
             "cache.tidied",
