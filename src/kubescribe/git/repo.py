@@ -297,7 +297,7 @@ class GitRepository:
         never forced."""
         source = _ref_name("refs/kubescribe/push/", branch)
         self.repo.references.create(source, new_tip, force=True)
-        local = _local_path(self.url)
+        local = local_path(self.url)
         if local is not None:
             self._push_local(local, source, branch, new_tip, expected)
             return
@@ -382,7 +382,7 @@ class GitRepository:
         return reason, redact(message, self.url)
 
 
-def _local_path(url: str) -> Path | None:
+def local_path(url: str) -> Path | None:
     """The folder of a file:// or plain-path remote; None for network remotes."""
     if url.startswith("file://"):
         return Path(unquote(urlsplit(url).path))

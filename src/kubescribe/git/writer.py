@@ -21,7 +21,7 @@ from kubescribe import heap, metrics
 from kubescribe.api import conditions as c
 from kubescribe.git.build import Build, BuildCache, Outcome
 from kubescribe.git.pending import PendingObjects
-from kubescribe.git.repack import PACK_LIMIT, TidyResult, pack_count, tidy
+from kubescribe.git.repack import PACK_LIMIT, TidyResult, pack_count, tidy, tidy_pushed
 from kubescribe.git.repo import (
     CallbacksFactory,
     CommitSigner,
@@ -29,6 +29,7 @@ from kubescribe.git.repo import (
     PushDenied,
     PushRejected,
     RemoteUnavailable,
+    local_path,
     normalize_url,
 )
 from kubescribe.git.targets import Committer, Item, TargetConfig
@@ -167,6 +168,8 @@ class Writer:
                 ) from exc
             raise
         self._tidy()
+        if outcome.pushed:
+            self._tidy_pushed()
         return outcome
 
     def _build(self, base: pygit2.Oid | None, targets: Mapping[TargetKey, TargetConfig]) -> Build:
@@ -218,6 +221,25 @@ class Writer:
             )
             return build.outcome(pushed=True)
         raise AssertionError("unreachable")
+
+    def _tidy_pushed(self) -> None:
+        """Keep a file:// remote's packs few, as git's receive-pack would (see `tidy_pushed`)."""
+        path = local_path(self.url)
+        if path is None:
+            return
+        started = time.perf_counter()
+        try:
+            result = tidy_pushed(path)
+        except (OSError, pygit2.GitError) as exc:  # the push landed; the packs wait
+            self.log.warning("remote.tidy_failed", error=str(exc))
+            return
+        if result is not None:
+            self.log.info(
+                "remote.tidied",
+                objects=result.objects,
+                packs_removed=result.packs_removed,
+                seconds=round(time.perf_counter() - started, 3),
+            )
 
     def _flush(self) -> None:
         """The build's objects to disk as one pack: the push reads them from there."""
