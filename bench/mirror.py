@@ -57,10 +57,17 @@ class Remote:
         self.remote = remote
         self.dir = f"{FOLDER}/{NS}/core/configmaps/"
 
-    def tree(self) -> dict[str, str]:
-        """name -> blob oid of the mirrored ConfigMaps on the branch tip."""
+    def tip(self) -> str:
+        """The branch tip as the remote's ref file has it (a read, no process to start)."""
+        try:
+            return (self.remote.path / "refs" / "heads" / "main").read_text().strip()
+        except FileNotFoundError:
+            return self.remote.tip() or ""
+
+    def tree(self, commit: str = "main") -> dict[str, str]:
+        """name -> blob oid of the mirrored ConfigMaps at `commit` (the branch tip)."""
         done = subprocess.run(
-            ["git", "ls-tree", "main", self.dir],
+            ["git", "ls-tree", commit, self.dir],
             cwd=self.remote.path,
             capture_output=True,
             text=True,
@@ -73,12 +80,20 @@ class Remote:
         return out
 
     def wait(
-        self, check: Callable[[dict[str, str]], bool], timeout: float, every: float = 0.005
+        self, check: Callable[[dict[str, str]], bool], timeout: float, every: float = 0.0005
     ) -> float:
+        """When the branch first pointed at a commit whose tree passes `check`: the ref file is
+        read every `every` seconds, and each new tip's tree is listed once. (Listing the tip
+        with git every 5 ms instead added up to 8 ms to each figure, and took a core.)"""
         deadline = time.monotonic() + timeout
+        checked = None
         while time.monotonic() < deadline:
-            if check(self.tree()):
-                return time.monotonic()
+            tip = self.tip()
+            if tip != checked:
+                moved = time.monotonic()
+                if tip and check(self.tree(tip)):
+                    return moved
+                checked = tip
             time.sleep(every)
         raise TimeoutError("the remote did not converge in time")
 
