@@ -134,6 +134,25 @@ def test_tidy_repacks_when_the_small_packs_outweigh_the_largest(tmp_path: Path) 
     fsck(repo)
 
 
+def test_without_garbage_a_tidy_of_every_pack_copies_instead_of_walking(tmp_path: Path) -> None:
+    repo = pygit2.init_repository(str(tmp_path / "c.git"), bare=True)
+    pending = PendingObjects(repo)
+    tip = None
+    for i in range(6):
+        tip = commit_file(repo, tip, f"f{i}", b"%d" % i)
+        pending.flush()
+    unreachable = repo.create_blob(b"kept: the writer knows of no failed push")
+    pending.flush()
+    assert tip is not None
+    repo.references.create("refs/heads/main", tip)
+    result = tidy(repo, garbage=False)
+    assert (result.kind, result.packs_removed, result.packs) == ("merge", 7, 1)
+    repo = pygit2.Repository(repo.path)
+    assert pack_count(repo) == 1
+    assert unreachable in repo.odb
+    fsck(repo)
+
+
 def test_packs_to_merge_keeps_a_geometric_progression() -> None:
     assert packs_to_merge([]) == 0
     assert packs_to_merge([5]) == 0

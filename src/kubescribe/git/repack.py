@@ -63,8 +63,11 @@ def pack_count(repo: pygit2.Repository) -> int:
     return sum(1 for _ in (Path(repo.path) / "objects" / "pack").glob("pack-*.idx"))
 
 
-def tidy(repo: pygit2.Repository) -> TidyResult:
-    """Merge the small packs, or repack when they weigh as much as the largest (see module).
+def tidy(repo: pygit2.Repository, garbage: bool = True) -> TidyResult:
+    """Merge the small packs into one (see module); when that takes every pack and the cache
+    may hold `garbage` (objects of a build whose push failed, of a cache an earlier process
+    left), repack the reachable objects instead. Without garbage, merging every pack costs
+    a copy of each object, the repack a walk of every commit's trees.
 
     The caller holds the cache exclusively (no other build or fetch reads it meanwhile) and
     opens the repository afresh afterwards: this instance still maps the removed packs.
@@ -73,7 +76,7 @@ def tidy(repo: pygit2.Repository) -> TidyResult:
     sizes = {idx: _object_count(idx) for idx in directory.glob("pack-*.idx")}
     ordered = sorted(sizes, key=lambda idx: sizes[idx])
     merge = packs_to_merge([sizes[idx] for idx in ordered])
-    if merge == len(ordered):  # also: no pack at all (loose objects only)
+    if merge == len(ordered) and (garbage or merge < 2):  # < 2: loose objects only, or one pack
         return repack(repo)
     if merge == 0:
         return TidyResult("none", 0, 0, 0, len(ordered))

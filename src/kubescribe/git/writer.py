@@ -87,6 +87,9 @@ class Writer:
         self.repo: GitRepository | None = None
         self.pending: PendingObjects | None = None
         self.tidy_at = PACK_LIMIT  # packs on disk (of every branch sharing the cache)
+        # The cache may hold objects no reference reaches: left by an earlier process, or
+        # flushed for a push that failed. The next tidy that takes every pack collects them.
+        self.garbage = True
         self.signer: CommitSigner | None = None  # set from the event loop
         self.tip: pygit2.Oid | None = None
         self.tip_known = False
@@ -160,6 +163,7 @@ class Writer:
         except Exception as exc:
             # Unreachable, or a push that may or may not have landed: ask the remote next time.
             self.tip_known = False
+            self.garbage = True
             self._discard()
             problem = cache_problem(self.cache_dir, exc)
             if problem is not None:
@@ -196,6 +200,7 @@ class Writer:
                 self.open().push(self.branch, build.head, base)
             except PushRejected:
                 metrics.PUSHES.labels("rejected").inc()
+                self.garbage = True
                 if attempt == self.max_rebuilds:
                     raise
                 self.tip_known = False
@@ -264,7 +269,7 @@ class Writer:
         result: TidyResult | None = None
         try:
             with repo.cache_lock.exclusive():
-                result = tidy(repo.repo)
+                result = tidy(repo.repo, self.garbage)
         except OSError as exc:  # a full disk: the cache stays as it was, and still works
             self.tidy_at = packs + PACK_LIMIT
             self.log.warning("cache.tidy_failed", error=str(exc))
@@ -278,6 +283,8 @@ class Writer:
         self._packs_gauge.set(result.packs)
         if result.kind == "none":
             return
+        if result.kind == "repack":
+            self.garbage = False
         metrics.REPACKS.inc()
         self.log.info(
             "cache.tidied",
