@@ -59,7 +59,7 @@ PUSHES = Counter(
 )
 CACHE_PACKS = Gauge(
     "kubescribe_cache_packs",
-    "Pack files in a branch's object cache (each batch adds one; a repack makes it one).",
+    "Pack files in a branch's object cache (each batch adds one; a tidy merges the small ones).",
     ["branch"],
     registry=REGISTRY,
 )
@@ -71,6 +71,12 @@ LIBGIT2_CACHED = Gauge(
 REPACKS = Counter(
     "kubescribe_cache_repacks_total",
     "Object cache tidies: small packs merged, or one pack of the reachable objects (a repack).",
+    registry=REGISTRY,
+)
+REMOTE_PACK_MERGES = Counter(
+    "kubescribe_remote_pack_merges_total",
+    "Pack merges in a file:// remote, which libgit2's local push never collects (ok, failed).",
+    ["result"],
     registry=REGISTRY,
 )
 BACKPRESSURE = Counter(

@@ -236,9 +236,11 @@ class Writer:
         try:
             result = tidy_pushed(path)
         except (OSError, pygit2.GitError) as exc:  # the push landed; the packs wait
+            metrics.REMOTE_PACK_MERGES.labels("failed").inc()
             self.log.warning("remote.tidy_failed", error=str(exc))
             return
         if result is not None:
+            metrics.REMOTE_PACK_MERGES.labels("ok").inc()
             self.log.info(
                 "remote.tidied",
                 objects=result.objects,
