@@ -14,6 +14,7 @@ packs, loose objects and garbage, is removed.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +97,8 @@ PUSHED_PACK_LIMIT = 50
 # Files that come with a pack; a `.keep` or `.promisor` pack is not ours to merge.
 _PACK_COMPANIONS = (".rev", ".bitmap", ".mtimes")
 _HANDS_OFF = (".keep", ".promisor")
+# Writers of two branches may push to one remote: one merge at a time in this process.
+_PUSHED_MERGE = threading.Lock()
 
 
 def tidy_pushed(path: Path) -> TidyResult | None:
@@ -108,7 +111,11 @@ def tidy_pushed(path: Path) -> TidyResult | None:
     git packs) and never dropping an object. Packs marked `.keep` or `.promisor`, and
     repositories git maintains with a multi-pack index, are left alone. None: nothing to do.
     """
-    directory = path / "objects" / "pack"
+    with _PUSHED_MERGE:
+        return _merge_pushed(path / "objects" / "pack")
+
+
+def _merge_pushed(directory: Path) -> TidyResult | None:
     if (directory / "multi-pack-index").exists():
         return None
     sizes = {
@@ -121,7 +128,7 @@ def tidy_pushed(path: Path) -> TidyResult | None:
     ordered = sorted(sizes, key=lambda idx: sizes[idx])
     small = ordered[: max(2, packs_to_merge([sizes[idx] for idx in ordered]))]
     before = set(directory.glob("pack-*.idx"))
-    repo = pygit2.Repository(lookup_name(str(path)))
+    repo = pygit2.Repository(lookup_name(str(directory.parent.parent)))
     try:
         builder = pygit2.PackBuilder(repo)
         for idx in small:
