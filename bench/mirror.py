@@ -573,6 +573,7 @@ def soak(setup: Setup, minutes: float, rate: float = 1.0, objects: int = 100) ->
             metric_total(setup.operator, "kubescribe_libgit2_cached_bytes") / 2**20, 1
         ),
         "cache_tidies": int(metric_total(setup.operator, "kubescribe_cache_repacks_total")),
+        "anon_rss_mb_each_minute": [round(v, 1) for _, v in anon],
     }
 
 
