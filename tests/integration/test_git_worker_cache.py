@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pygit2
 import pytest
+import structlog
 import yaml
 
 from kubescribe import metrics
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.git.repack import PACK_LIMIT, PUSHED_PACK_LIMIT, pack_count
 from kubescribe.git.repo import cache_path
-from tests.builders import path_of, read_doc, target, upsert
+from kubescribe.git.writer import Writer
+from tests.builders import COMMITTER, path_of, read_doc, target, upsert
 from tests.support import WorkerHarness, until
 
 
@@ -142,3 +144,31 @@ async def test_a_full_cache_disk_says_so_and_converges_once_space_returns(
         )
     finally:
         await h.worker.stop(timeout=5)
+
+
+def test_while_items_wait_the_cache_is_tidied_only_from_twice_as_many_packs(
+    remote: BareRemote, tmp_path: Path
+) -> None:
+    """A tidy runs between batches; in a burst it would hold up the next one."""
+    config = target()
+    writer = Writer(
+        remote.url,
+        "main",
+        cache_dir=tmp_path / "cache",
+        committer=COMMITTER,
+        callbacks=None,
+        max_rebuilds=3,
+        logger=structlog.get_logger(),
+    )
+    try:
+        for i in range(2 * PACK_LIMIT - 2):
+            writer.write([upsert(f"cm{i}", k="v")], {config.key: config}, busy=lambda: True)
+        assert cache_objects(remote, tmp_path)[0] >= 2 * PACK_LIMIT - 2  # deferred
+        writer.write([upsert("cm-last", k="v")], {config.key: config}, busy=lambda: True)
+        assert cache_objects(remote, tmp_path)[0] < PACK_LIMIT  # but not forever
+        for i in range(PACK_LIMIT):
+            writer.write([upsert(f"cm{i}", k="w")], {config.key: config})
+            assert cache_objects(remote, tmp_path)[0] < PACK_LIMIT  # idle: as before
+    finally:
+        writer.close()
+    git("fsck", "--full", "--strict", cwd=remote.path)

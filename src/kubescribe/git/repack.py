@@ -101,7 +101,7 @@ _HANDS_OFF = (".keep", ".promisor")
 _PUSHED_MERGE = threading.Lock()
 
 
-def tidy_pushed(path: Path) -> TidyResult | None:
+def tidy_pushed(path: Path, busy: bool = False) -> TidyResult | None:
     """Merge the packs of a repository on this machine that the writer pushes to.
 
     Pushing to a file:// remote runs libgit2's local transport, which adds one pack per push
@@ -112,10 +112,10 @@ def tidy_pushed(path: Path) -> TidyResult | None:
     repositories git maintains with a multi-pack index, are left alone. None: nothing to do.
     """
     with _PUSHED_MERGE:
-        return _merge_pushed(path / "objects" / "pack")
+        return _merge_pushed(path / "objects" / "pack", PUSHED_PACK_LIMIT * (2 if busy else 1))
 
 
-def _merge_pushed(directory: Path) -> TidyResult | None:
+def _merge_pushed(directory: Path, limit: int) -> TidyResult | None:
     if (directory / "multi-pack-index").exists():
         return None
     sizes = {
@@ -123,7 +123,7 @@ def _merge_pushed(directory: Path) -> TidyResult | None:
         for idx in directory.glob("pack-*.idx")
         if not any(idx.with_suffix(s).exists() for s in _HANDS_OFF)
     }
-    if len(sizes) < PUSHED_PACK_LIMIT:
+    if len(sizes) < limit:
         return None
     ordered = sorted(sizes, key=lambda idx: sizes[idx])
     small = ordered[: max(2, packs_to_merge([sizes[idx] for idx in ordered]))]

@@ -263,7 +263,7 @@ class BranchWorker:
             self._upkeep_due = False
             try:
                 outcome = await loop.run_in_executor(
-                    self._executor, self._writer.write, batch, targets
+                    self._executor, self._writer.write, batch, targets, self._busy
                 )
             except Exception as exc:  # every failure keeps the batch
                 failures += 1
@@ -278,6 +278,10 @@ class BranchWorker:
                 continue
             failures = 0
             self._succeeded(batch, outcome)
+
+    def _busy(self) -> bool:
+        """Items wait for the next batch (read from the writer's thread)."""
+        return bool(self._queue)
 
     async def _idle(self) -> None:
         """Wait for an item, or until the next commit window deadline."""

@@ -11,7 +11,7 @@ import os
 import random
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +155,14 @@ class Writer:
             self._discard()
         self._tidy()
 
-    def write(self, batch: list[Item], targets: Mapping[TargetKey, TargetConfig]) -> Outcome:
+    def write(
+        self,
+        batch: list[Item],
+        targets: Mapping[TargetKey, TargetConfig],
+        busy: Callable[[], bool] = lambda: False,
+    ) -> Outcome:
+        """Build and push `batch`, then look after the cache; while `busy()` (more items wait)
+        only a tidy that keeps builds fast runs, the rest waits for a pause."""
         self.cache.keep_only(targets)
         try:
             with self.open().cache_lock.shared():
@@ -171,9 +178,10 @@ class Writer:
                     f"the object cache {self.cache_dir} cannot be written: {problem}"
                 ) from exc
             raise
-        self._tidy()
+        waiting = busy()
+        self._tidy(waiting)
         if outcome.pushed:
-            self._tidy_pushed()
+            self._tidy_pushed(waiting)
         return outcome
 
     def _build(self, base: pygit2.Oid | None, targets: Mapping[TargetKey, TargetConfig]) -> Build:
@@ -227,14 +235,14 @@ class Writer:
             return build.outcome(pushed=True)
         raise AssertionError("unreachable")
 
-    def _tidy_pushed(self) -> None:
+    def _tidy_pushed(self, busy: bool) -> None:
         """Keep a file:// remote's packs few, as git's receive-pack would (see `tidy_pushed`)."""
         path = local_path(self.url)
         if path is None:
             return
         started = time.perf_counter()
         try:
-            result = tidy_pushed(path)
+            result = tidy_pushed(path, busy)
         except (OSError, pygit2.GitError) as exc:  # the push landed; the packs wait
             metrics.REMOTE_PACK_MERGES.labels("failed").inc()
             self.log.warning("remote.tidy_failed", error=str(exc))
@@ -257,15 +265,17 @@ class Writer:
         if self.pending is not None:
             self.pending.discard()
 
-    def _tidy(self) -> None:
-        """Merge or repack the cache's packs once they pile up (never during a build)."""
+    def _tidy(self, busy: bool = False) -> None:
+        """Merge or repack the cache's packs once they pile up (never during a build); while
+        `busy`, only from twice as many packs on (a tidy that copies every pack delays the
+        next batch by up to half a second in a burst)."""
         if self.repo is None:
             return
         repo = self.repo
         packs = pack_count(repo.repo)
         self._packs_gauge.set(packs)
         metrics.LIBGIT2_CACHED.set(pygit2.settings.cached_memory[0])
-        if packs < self.tidy_at:
+        if packs < (2 * self.tidy_at if busy else self.tidy_at):
             return
         started = time.perf_counter()
         result: TidyResult | None = None
