@@ -19,17 +19,19 @@ pytestmark = pytest.mark.controlplane
 @pytest.fixture(scope="session")
 def crds(controlplane: ControlPlane) -> ControlPlane:
     controlplane.apply(render_crds())
-    for plural in (
-        "gitproviders",
-        "gittargets",
-        "watchrules",
-        "clusterwatchrules",
-        "commitrequests",
-        "clusterproviders",
-    ):
-        controlplane.kubectl(
-            "wait", "--for=condition=Established", f"crd/{plural}.kubescribe.io", "--timeout=30s"
+    controlplane.wait_established(
+        *(
+            f"{plural}.kubescribe.io"
+            for plural in (
+                "gitproviders",
+                "gittargets",
+                "watchrules",
+                "clusterwatchrules",
+                "commitrequests",
+                "clusterproviders",
+            )
         )
+    )
     return controlplane
 
 

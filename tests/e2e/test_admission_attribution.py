@@ -83,7 +83,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     cp.start()
     try:
         cp.apply(render_crds())
-        cp.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=30s")
+        cp.wait_established()
         cp.register_validating_webhook(
             "deny-annotated",
             f"https://127.0.0.1:{deny.server_address[1]}/",

@@ -98,11 +98,12 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Audited]:
     cp.start()
     try:
         cp.apply(render_crds())
-        for plural in ("gitproviders", "gittargets", "watchrules", "commitrequests"):
-            cp.kubectl(
-                "wait", "--for=condition=Established", f"crd/{plural}.kubescribe.io",
-                "--timeout=30s",
-            )  # fmt: skip
+        cp.wait_established(
+            *(
+                f"{p}.kubescribe.io"
+                for p in ("gitproviders", "gittargets", "watchrules", "commitrequests")
+            )
+        )
         cp.register_validating_webhook(
             "kubescribe-commitrequests",
             f"https://127.0.0.1:{webhook_port}/validate-commitrequests",

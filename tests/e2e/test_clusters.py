@@ -55,7 +55,7 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusters]:
             cp.start()
         first, second = planes
         first.apply(render_crds())
-        first.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=30s")
+        first.wait_established()
         flags = [
             f"--audit-addr=127.0.0.1:{port}",
             f"--audit-tls-cert={certs.path('tls.crt')}",

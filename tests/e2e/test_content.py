@@ -118,7 +118,7 @@ def test_owned_documents_hold_what_people_wrote_and_apply_back_to_the_live_objec
     for method, args in METHODS.items():
         definition = crd(ns, method)
         cp.kubectl(*args, input=json.dumps(definition))
-        cp.kubectl("wait", "--for=condition=Established", f"crd/{definition['metadata']['name']}")
+        cp.wait_established(definition["metadata"]["name"])
         written[("CustomResourceDefinition", "", definition["metadata"]["name"])] = (
             method,
             definition,
@@ -175,7 +175,7 @@ def test_owned_documents_hold_what_people_wrote_and_apply_back_to_the_live_objec
     for key in written:
         if key[0] == "CustomResourceDefinition":
             fresh.kubectl("create", "-f", "-", input=json.dumps(mirrored[key]))
-            fresh.kubectl("wait", "--for=condition=Established", f"crd/{key[2]}")
+            fresh.wait_established(key[2])
     differences = {}
     for key in written:
         kind, _, name = key

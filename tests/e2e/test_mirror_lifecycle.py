@@ -117,7 +117,7 @@ def test_wildcard_resources_cover_core_and_custom_types(
     cp, ns = crds, namespace
     group = f"{ns}.wild.io"
     cp.apply(manifest(crd("widgets", group)))
-    cp.kubectl("wait", "--for=condition=Established", f"crd/widgets.{group}")
+    cp.wait_established(f"widgets.{group}")
     apply_when_served(
         cp,
         manifest(

@@ -94,9 +94,7 @@ spec:
 
 def test_custom_resource_definition_is_served(controlplane: ControlPlane, namespace: str) -> None:
     controlplane.apply(CRD)
-    controlplane.kubectl(
-        "wait", "--for=condition=Established", "crd/widgets.example.kubescribe.io", "--timeout=30s"
-    )
+    controlplane.wait_established("widgets.example.kubescribe.io")
     widget = {
         "apiVersion": "example.kubescribe.io/v1",
         "kind": "Widget",

@@ -31,7 +31,7 @@ def cp(controlplane: ControlPlane) -> ControlPlane:
     """The control plane with the kubescribe CRDs applied and Established."""
     controlplane.kubectl("apply", "-f", "-", input=render_crds())
     names = [f"crd/{crd['metadata']['name']}" for crd in crd_manifests()]
-    controlplane.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+    controlplane.wait_established(*names)
     return controlplane
 
 

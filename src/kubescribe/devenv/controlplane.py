@@ -443,6 +443,29 @@ class ControlPlane:
     def get_json(self, *args: str) -> Any:
         return json.loads(self.kubectl("get", "-o", "json", *args).stdout)
 
+    def wait_established(self, *crds: str, timeout: float = 60) -> None:
+        """Wait until the CRDs named (`crd/<name>` or `<name>`; all CRDs when none is) are
+        Established. `kubectl wait --for=condition=Established` fails at once, instead of
+        waiting, on a CRD the server has not yet given any condition."""
+        names = [c.removeprefix("crd/") for c in crds]
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.get_json("crd", *names)
+            items = found.get("items", [found]) if names else found["items"]
+            waiting = [
+                item["metadata"]["name"]
+                for item in items
+                if not any(
+                    c.get("type") == "Established" and c.get("status") == "True"
+                    for c in item.get("status", {}).get("conditions") or []
+                )
+            ]
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(f"CRDs not established in {timeout:.0f} s: {waiting}")
+            time.sleep(0.1)
+
     def register_validating_webhook(
         self, name: str, url: str, ca_pem: bytes, rules: list[dict[str, Any]]
     ) -> None:

@@ -113,7 +113,7 @@ def main(keep: Path) -> None:
     with ControlPlane(audit=hook, workdir=Path(tempfile.mkdtemp(prefix="kubescribe-demo-"))) as cp:
         click.echo(f"control plane up at {cp.server} (audit webhook -> the operator)")
         cp.apply(render_crds())
-        cp.kubectl("wait", "--for=condition=Established", "crd", "--all")
+        cp.wait_established()
         operator = OperatorProcess(cp.kubeconfig, keep, *audit_flags).start()
         try:
             cp.apply(_objects(remote.url))
