@@ -6,9 +6,9 @@ away (a rejected push, a failed one) are garbage. `tidy` keeps the packs a geome
 progression (as `git repack --geometric=2`): each pack holds at least twice as many objects as
 all smaller packs together, and the smallest packs that break that are merged into one. An
 object is so rewritten a logarithmic number of times, and the packs stay few (a progression of
-factor 3 between 8 and 100,000 objects is 8 packs). When the merge would take every pack,
-everything reachable from a reference is written as one pack instead (a repack) and the rest,
-packs, loose objects and garbage, is removed.
+factor 3 between 8 and 100,000 objects is 8 packs). When the merge would take every pack and
+there may be garbage, everything reachable from a reference is written as one pack instead (a
+repack) and the rest, packs, loose objects and garbage, is removed.
 """
 
 from __future__ import annotations
@@ -109,7 +109,8 @@ def tidy_pushed(path: Path, busy: bool = False) -> TidyResult | None:
     push (ours or anyone's) looks through thousands of packs. From `PUSHED_PACK_LIMIT` packs
     on, the smallest are merged as `tidy` does, but with libgit2's pack builder (deltified, as
     git packs) and never dropping an object. Packs marked `.keep` or `.promisor`, and
-    repositories git maintains with a multi-pack index, are left alone. None: nothing to do.
+    repositories git maintains with a multi-pack index, are left alone. While the writer is
+    `busy` (items wait), only from twice as many packs on. None: nothing to do.
     """
     with _PUSHED_MERGE:
         return _merge_pushed(path / "objects" / "pack", PUSHED_PACK_LIMIT * (2 if busy else 1))
