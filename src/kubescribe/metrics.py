@@ -73,12 +73,6 @@ REPACKS = Counter(
     "Object cache tidies: small packs merged, or one pack of the reachable objects (a repack).",
     registry=REGISTRY,
 )
-REMOTE_PACK_MERGES = Counter(
-    "kubescribe_remote_pack_merges_total",
-    "Pack merges in a file:// remote, which libgit2's local push never collects (ok, failed).",
-    ["result"],
-    registry=REGISTRY,
-)
 BACKPRESSURE = Counter(
     "kubescribe_backpressure_seconds_total",
     "Time watch readers waited for room in a branch worker's queue (the writer is behind or"

@@ -16,7 +16,7 @@ import yaml
 
 from kubescribe import metrics
 from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.git.repack import PACK_LIMIT, PUSHED_PACK_LIMIT, pack_count
+from kubescribe.git.repack import PACK_LIMIT, pack_count
 from kubescribe.git.repo import cache_path
 from kubescribe.git.writer import Writer
 from tests.builders import COMMITTER, path_of, read_doc, target, upsert
@@ -45,23 +45,6 @@ async def test_batches_write_packs_and_the_cache_is_tidied(
     last = PACK_LIMIT + 2
     assert read_doc(remote, path_of(f"cm{last % 5}"))["data"] == {"k": str(last)}
     assert len(remote.log()) == PACK_LIMIT + 4  # one commit per change, and the seed
-    git("fsck", "--full", "--strict", cwd=remote.path)
-
-
-async def test_a_file_remote_keeps_few_packs_as_git_would(
-    remote: BareRemote, make: Callable[..., WorkerHarness]
-) -> None:
-    """libgit2's local push adds a pack to the remote per push and never collects them."""
-    merged = metrics.REMOTE_PACK_MERGES.labels("ok")._value.get()
-    h = make()
-    pushes = PUSHED_PACK_LIMIT + 10
-    for i in range(pushes):
-        await h.settle(upsert(f"cm{i % 5}", k=str(i)))
-    packs = sorted((remote.path / "objects" / "pack").glob("pack-*.idx"))
-    assert len(packs) < PUSHED_PACK_LIMIT
-    assert metrics.REMOTE_PACK_MERGES.labels("ok")._value.get() > merged
-    assert read_doc(remote, path_of(f"cm{(pushes - 1) % 5}"))["data"] == {"k": str(pushes - 1)}
-    assert len(remote.log()) == pushes + 1  # one commit per change, and the seed
     git("fsck", "--full", "--strict", cwd=remote.path)
 
 

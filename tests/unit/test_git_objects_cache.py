@@ -12,12 +12,10 @@ from pygit2.enums import FileMode
 from kubescribe.git.pending import PendingObjects
 from kubescribe.git.repack import (
     PACK_LIMIT,
-    PUSHED_PACK_LIMIT,
     pack_count,
     packs_to_merge,
     repack,
     tidy,
-    tidy_pushed,
 )
 
 SIG = pygit2.Signature("t", "t@example.invalid", 0, 0)
@@ -175,49 +173,3 @@ def test_a_long_run_rewrites_each_object_a_few_times_and_keeps_few_packs() -> No
         tidy_at = max(PACK_LIMIT, len(packs) + 1)
     assert most <= 12
     assert rewritten < 12 * written  # logarithmic: merging into one pack each time is quadratic
-
-
-def test_a_pushed_to_repository_gets_its_packs_merged_and_keeps_every_object(
-    tmp_path: Path,
-) -> None:
-    remote = pygit2.init_repository(str(tmp_path / "remote.git"), bare=True)
-    pending = PendingObjects(remote)
-    tip = None
-    for i in range(PUSHED_PACK_LIMIT - 1):  # one pack per push, as libgit2's local push
-        tip = commit_file(remote, tip, f"f{i}", b"content %d\n" % i)
-        pending.flush()
-    assert tip is not None
-    remote.references.create("refs/heads/main", tip)
-    directory = Path(remote.path) / "objects" / "pack"
-    kept = sorted(directory.glob("pack-*.idx"))[0]
-    kept.with_suffix(".keep").write_text("a push in flight\n")
-    dangling = remote.create_blob(b"not reachable, not ours to drop")
-    pending.flush()
-    assert tidy_pushed(Path(remote.path)) is None  # one pack short of the limit: left as is
-    remote.create_blob(b"one more push")
-    pending.flush()
-
-    result = tidy_pushed(Path(remote.path))
-    assert result is not None
-    assert result.packs_removed == PUSHED_PACK_LIMIT  # every pack but the .keep one
-    assert kept.exists()
-    assert pack_count(remote) == 2
-    remote = pygit2.Repository(remote.path)
-    assert remote[dangling].read_raw() == b"not reachable, not ours to drop"
-    last = PUSHED_PACK_LIMIT - 2
-    blob = remote[tip].peel(pygit2.Tree)[f"dir/f{last}"]
-    assert isinstance(blob, pygit2.Blob)
-    assert blob.data == b"content %d\n" % last
-    fsck(remote)
-    assert not [p for p in directory.iterdir() if p.suffix in (".rev", ".bitmap", ".mtimes")]
-
-
-def test_a_repository_git_maintains_with_a_multi_pack_index_is_left_alone(tmp_path: Path) -> None:
-    remote = pygit2.init_repository(str(tmp_path / "remote.git"), bare=True)
-    pending = PendingObjects(remote)
-    for i in range(PUSHED_PACK_LIMIT + 1):
-        remote.create_blob(b"%d" % i)
-        pending.flush()
-    subprocess.run(["git", "multi-pack-index", "write"], cwd=remote.path, check=True)
-    assert tidy_pushed(Path(remote.path)) is None
-    assert pack_count(remote) == PUSHED_PACK_LIMIT + 1

@@ -14,7 +14,6 @@ repack) and the rest, packs, loose objects and garbage, is removed.
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,62 +89,6 @@ def tidy(repo: pygit2.Repository, garbage: bool = True) -> TidyResult:
             idx.with_suffix(".pack").unlink(missing_ok=True)
             idx.unlink(missing_ok=True)
     return TidyResult("merge", len(set(ids)), len(small), 0, len(ordered) - merge + 1)
-
-
-# git's gc.autoPackLimit: past it, receive-pack runs `git gc --auto` after a push.
-PUSHED_PACK_LIMIT = 50
-# Files that come with a pack; a `.keep` or `.promisor` pack is not ours to merge.
-_PACK_COMPANIONS = (".rev", ".bitmap", ".mtimes")
-_HANDS_OFF = (".keep", ".promisor")
-# Writers of two branches may push to one remote: one merge at a time in this process.
-_PUSHED_MERGE = threading.Lock()
-
-
-def tidy_pushed(path: Path, busy: bool = False) -> TidyResult | None:
-    """Merge the packs of a repository on this machine that the writer pushes to.
-
-    Pushing to a file:// remote runs libgit2's local transport, which adds one pack per push
-    and, unlike git's receive-pack, never runs `gc --auto`: after thousands of pushes every
-    push (ours or anyone's) looks through thousands of packs. From `PUSHED_PACK_LIMIT` packs
-    on, the smallest are merged as `tidy` does, but with libgit2's pack builder (deltified, as
-    git packs) and never dropping an object. Packs marked `.keep` or `.promisor`, and
-    repositories git maintains with a multi-pack index, are left alone. While the writer is
-    `busy` (items wait), only from twice as many packs on. None: nothing to do.
-    """
-    with _PUSHED_MERGE:
-        return _merge_pushed(path / "objects" / "pack", PUSHED_PACK_LIMIT * (2 if busy else 1))
-
-
-def _merge_pushed(directory: Path, limit: int) -> TidyResult | None:
-    if (directory / "multi-pack-index").exists():
-        return None
-    sizes = {
-        idx: _object_count(idx)
-        for idx in directory.glob("pack-*.idx")
-        if not any(idx.with_suffix(s).exists() for s in _HANDS_OFF)
-    }
-    if len(sizes) < limit:
-        return None
-    ordered = sorted(sizes, key=lambda idx: sizes[idx])
-    small = ordered[: max(2, packs_to_merge([sizes[idx] for idx in ordered]))]
-    before = set(directory.glob("pack-*.idx"))
-    repo = pygit2.Repository(lookup_name(str(directory.parent.parent)))
-    try:
-        builder = pygit2.PackBuilder(repo)
-        for idx in small:
-            for oid in _object_ids(idx):
-                builder.add(oid)
-        builder.write(directory)
-        objects = builder.written_objects_count
-    finally:
-        repo.free()
-    if len(set(directory.glob("pack-*.idx")) - before) != 1:
-        return None  # the merge is named as one of the packs (it holds the same objects)
-    for idx in small:
-        for suffix in (".pack", *_PACK_COMPANIONS):
-            idx.with_suffix(suffix).unlink(missing_ok=True)
-        idx.unlink(missing_ok=True)
-    return TidyResult("merge", objects, len(small), 0, len(ordered) - len(small) + 1)
 
 
 def _object_count(idx: Path) -> int:

@@ -21,7 +21,7 @@ from kubescribe import heap, metrics
 from kubescribe.api import conditions as c
 from kubescribe.git.build import Build, BuildCache, Outcome
 from kubescribe.git.pending import PendingObjects
-from kubescribe.git.repack import PACK_LIMIT, TidyResult, pack_count, tidy, tidy_pushed
+from kubescribe.git.repack import PACK_LIMIT, TidyResult, pack_count, tidy
 from kubescribe.git.repo import (
     CallbacksFactory,
     CommitSigner,
@@ -29,7 +29,6 @@ from kubescribe.git.repo import (
     PushDenied,
     PushRejected,
     RemoteUnavailable,
-    local_path,
     normalize_url,
 )
 from kubescribe.git.targets import Committer, Item, TargetConfig
@@ -161,8 +160,8 @@ class Writer:
         targets: Mapping[TargetKey, TargetConfig],
         busy: Callable[[], bool] = lambda: False,
     ) -> Outcome:
-        """Build and push `batch`, then look after the cache; while `busy()` (more items wait)
-        only a tidy that keeps builds fast runs, the rest waits for a pause."""
+        """Build and push `batch`, then tidy the cache; while `busy()` (more items wait) only
+        from twice as many packs on."""
         self.cache.keep_only(targets)
         try:
             with self.open().cache_lock.shared():
@@ -178,10 +177,7 @@ class Writer:
                     f"the object cache {self.cache_dir} cannot be written: {problem}"
                 ) from exc
             raise
-        waiting = busy()
-        self._tidy(waiting)
-        if outcome.pushed:
-            self._tidy_pushed(waiting)
+        self._tidy(busy())
         return outcome
 
     def _build(self, base: pygit2.Oid | None, targets: Mapping[TargetKey, TargetConfig]) -> Build:
@@ -234,27 +230,6 @@ class Writer:
             )
             return build.outcome(pushed=True)
         raise AssertionError("unreachable")
-
-    def _tidy_pushed(self, busy: bool) -> None:
-        """Keep a file:// remote's packs few, as git's receive-pack would (see `tidy_pushed`)."""
-        path = local_path(self.url)
-        if path is None:
-            return
-        started = time.perf_counter()
-        try:
-            result = tidy_pushed(path, busy)
-        except (OSError, pygit2.GitError) as exc:  # the push landed; the packs wait
-            metrics.REMOTE_PACK_MERGES.labels("failed").inc()
-            self.log.warning("remote.tidy_failed", error=str(exc))
-            return
-        if result is not None:
-            metrics.REMOTE_PACK_MERGES.labels("ok").inc()
-            self.log.info(
-                "remote.tidied",
-                objects=result.objects,
-                packs_removed=result.packs_removed,
-                seconds=round(time.perf_counter() - started, 3),
-            )
 
     def _flush(self) -> None:
         """The build's objects to disk as one pack: the push reads them from there."""
