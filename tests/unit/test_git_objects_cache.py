@@ -9,9 +9,11 @@ import pygit2
 import pytest
 from pygit2.enums import FileMode
 
+from kubescribe.git import repack as repack_module
 from kubescribe.git.pending import PendingObjects
 from kubescribe.git.repack import (
     PACK_LIMIT,
+    TidyFailed,
     pack_count,
     packs_to_merge,
     repack,
@@ -23,6 +25,13 @@ SIG = pygit2.Signature("t", "t@example.invalid", 0, 0)
 
 def files_under(repo: pygit2.Repository) -> list[Path]:
     return sorted(p for p in (Path(repo.path) / "objects").rglob("*") if p.is_file())
+
+
+@pytest.fixture(params=["in process", "in a child"])
+def where(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each tidy runs in the operator's process, or (as a large one does) in a child."""
+    monkeypatch.setattr(repack_module, "CHILD_FROM", 10**9 if request.param == "in process" else 1)
+    return str(request.param)
 
 
 def fsck(repo: pygit2.Repository) -> None:
@@ -81,7 +90,7 @@ def test_discard_drops_a_thrown_away_build(tmp_path: Path) -> None:
     assert pack_count(repo) == 0
 
 
-def test_tidy_merges_small_packs_then_repacks_and_drops_garbage(tmp_path: Path) -> None:
+def test_tidy_merges_small_packs_then_repacks_and_drops_garbage(tmp_path: Path, where: str) -> None:
     repo = pygit2.init_repository(str(tmp_path / "c.git"), bare=True)
     pending = PendingObjects(repo)
     tip = None
@@ -120,7 +129,7 @@ def test_tidy_merges_small_packs_then_repacks_and_drops_garbage(tmp_path: Path) 
 
 @pytest.mark.parametrize("garbage", [True, False])
 def test_a_tidy_of_every_pack_repacks_only_when_there_may_be_garbage(
-    tmp_path: Path, garbage: bool
+    tmp_path: Path, garbage: bool, where: str
 ) -> None:
     """Seven packs of about one size: the merge takes them all. With garbage possible (a
     failed push, an earlier process) the reachable objects are repacked and the rest dropped;
@@ -141,6 +150,27 @@ def test_a_tidy_of_every_pack_repacks_only_when_there_may_be_garbage(
     assert pack_count(repo) == 1
     assert (unreachable in repo.odb) is not garbage
     fsck(repo)
+
+
+def test_a_tidy_that_fails_in_its_child_says_why_and_leaves_the_packs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(repack_module, "CHILD_FROM", 1)
+    repo = pygit2.init_repository(str(tmp_path / "c.git"), bare=True)
+    pending = PendingObjects(repo)
+    tip = None
+    for i in range(PACK_LIMIT):
+        tip = commit_file(repo, tip, f"f{i}", b"%d" % i)
+        pending.flush()
+    assert tip is not None
+    repo.references.create("refs/heads/main", tip)
+    packs = sorted((Path(repo.path) / "objects" / "pack").glob("pack-*.pack"))
+    packs[0].chmod(0o644)
+    packs[0].write_bytes(packs[0].read_bytes()[:20])  # a pack cut short
+    before = files_under(repo)
+    with pytest.raises(TidyFailed, match=r"the tidy process failed: .+"):
+        tidy(repo)
+    assert files_under(repo) == before
 
 
 def test_packs_to_merge_keeps_a_geometric_progression() -> None:

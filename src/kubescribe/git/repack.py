@@ -9,13 +9,22 @@ object is so rewritten a logarithmic number of times, and the packs stay few (a 
 factor 3 between 8 and 100,000 objects is 8 packs). When the merge would take every pack and
 there may be garbage, everything reachable from a reference is written as one pack instead (a
 repack) and the rest, packs, loose objects and garbage, is removed.
+
+A tidy that copies many objects runs in a child process (`python -m kubescribe.git.repack`).
+It reads every object it copies and indexes them all before the pack is final, a peak that
+grows with the history; in the operator, the heap that peak leaves behind (arenas a few live
+objects pin, free memory glibc keeps) stayed for good, so a long run grew in steps at each
+large tidy. The child's memory goes back to the system when it exits.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pygit2
@@ -63,6 +72,15 @@ def pack_count(repo: pygit2.Repository) -> int:
     return sum(1 for _ in (Path(repo.path) / "objects" / "pack").glob("pack-*.idx"))
 
 
+# A tidy that copies at least this many objects runs in a child process (see module); a
+# child costs about 0.1 s to start, a copy of this many objects about as much.
+CHILD_FROM = 2_000
+
+
+class TidyFailed(OSError):
+    """The child process that tidied the cache failed (its error in the message)."""
+
+
 def tidy(repo: pygit2.Repository, garbage: bool = True) -> TidyResult:
     """Merge the small packs into one (see module); when that takes every pack and the cache
     may hold `garbage` (objects of a build whose push failed, of a cache an earlier process
@@ -77,10 +95,19 @@ def tidy(repo: pygit2.Repository, garbage: bool = True) -> TidyResult:
     ordered = sorted(sizes, key=lambda idx: sizes[idx])
     merge = packs_to_merge([sizes[idx] for idx in ordered])
     if merge == len(ordered) and (garbage or merge < 2):  # < 2: loose objects only, or one pack
+        if sum(sizes.values()) >= CHILD_FROM:
+            return _in_child(repo.path, ["repack"])
         return repack(repo)
     if merge == 0:
         return TidyResult("none", 0, 0, 0, len(ordered))
     small = ordered[:merge]
+    if sum(sizes[idx] for idx in small) >= CHILD_FROM:
+        return _in_child(repo.path, ["merge", *(idx.name for idx in small)])
+    return _merge(repo, small, len(ordered))
+
+
+def _merge(repo: pygit2.Repository, small: list[Path], packs: int) -> TidyResult:
+    """Write the objects of the `small` packs (of `packs` in all) as one pack, remove them."""
     odb = repo.odb
     ids = [oid for idx in small for oid in _object_ids(idx)]
     written = write_objects(repo.path, ((oid.raw, *odb.read(oid)) for oid in ids))
@@ -88,7 +115,21 @@ def tidy(repo: pygit2.Repository, garbage: bool = True) -> TidyResult:
         if idx.stem != written:
             idx.with_suffix(".pack").unlink(missing_ok=True)
             idx.unlink(missing_ok=True)
-    return TidyResult("merge", len(set(ids)), len(small), 0, len(ordered) - merge + 1)
+    return TidyResult("merge", len(set(ids)), len(small), 0, packs - len(small) + 1)
+
+
+def _in_child(git_dir: str, args: list[str]) -> TidyResult:
+    done = subprocess.run(
+        [sys.executable, "-m", "kubescribe.git.repack", git_dir, *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
+        raise TidyFailed(f"the tidy process failed: {lines[-1][:500]}")
+    return TidyResult(**json.loads(done.stdout))
 
 
 def _object_count(idx: Path) -> int:
@@ -158,3 +199,23 @@ def _tree(repo: pygit2.Repository, oid: pygit2.Oid, seen: set[pygit2.Oid]) -> It
         elif entry.filemode != FileMode.COMMIT and entry.id not in seen:  # not a submodule
             seen.add(entry.id)
             yield entry.id
+
+
+def _main(argv: list[str]) -> None:
+    """The child's side of `_in_child`: `<git dir> repack` or `<git dir> merge <idx>...`;
+    prints the result as JSON."""
+    git_dir, kind, *names = argv
+    # Each object is read once: libgit2's object cache would only hold the peak higher.
+    pygit2.settings.enable_caching(False)
+    repo = pygit2.Repository(git_dir)
+    if kind == "repack":
+        result = repack(repo)
+    else:
+        directory = Path(git_dir) / "objects" / "pack"
+        packs = sum(1 for _ in directory.glob("pack-*.idx"))
+        result = _merge(repo, [directory / name for name in names], packs)
+    print(json.dumps(asdict(result)))
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])
