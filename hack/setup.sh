@@ -25,7 +25,11 @@ UV_VERSION=0.13.9
 if ! command -v uv >/dev/null || [ "$(uv --version | cut -d' ' -f2)" != "$UV_VERSION" ]; then
   python3 -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
 fi
-uv sync --frozen --quiet
+# Bytecode is compiled here: where PYTHONDONTWRITEBYTECODE is set (as in many CI images) Python
+# never caches it, and every operator process the tests start would compile its imports again
+# (about 1.5 s each; an e2e module of 5 tests took 74 s instead of 31).
+uv sync --frozen --quiet --compile-bytecode
+.venv/bin/python -m compileall -q src >/dev/null
 
 command -v go >/dev/null || { echo "setup: Go is required to build the test control plane" >&2; exit 1; }
 start=$(date +%s)
