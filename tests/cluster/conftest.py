@@ -173,9 +173,11 @@ class Release:
             out.append(f"--- {name}\n{got.stdout}{got.stderr}")
         return "\n".join(out)
 
-    def delete_pod_timed(self, name: str) -> float:
+    def delete_pod_timed(self, name: str) -> tuple[float, int]:
         """Delete a Pod (SIGTERM to its container) and return the seconds until the container
-        exited: its `finishedAt` as kubelet reports it (1 s resolution) minus the delete."""
+        exited (its `finishedAt` as kubelet reports it, 1 s resolution, minus the delete) and its
+        exit code: 0 when it stopped by itself, 137 when the kubelet killed it after the grace
+        period."""
         watch = subprocess.Popen(
             [str(self.cluster.tools.kubectl), f"--kubeconfig={self.cluster.kubeconfig}",  # type: ignore[union-attr]
              "get", "pod", name, "-n", NAMESPACE, "--watch", "-o", "json"],
@@ -197,7 +199,7 @@ class Release:
                     done = (status.get("state") or {}).get("terminated")
                     if done and done.get("finishedAt"):
                         finished = datetime.fromisoformat(done["finishedAt"].replace("Z", "+00:00"))
-                        return max(0.0, finished.timestamp() - started)
+                        return max(0.0, finished.timestamp() - started), int(done["exitCode"])
             raise AssertionError("the Pod's container never reported its exit")
         finally:
             watch.kill()

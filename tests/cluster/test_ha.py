@@ -65,9 +65,10 @@ def test_two_replicas_hand_over_without_loss_or_duplicates(
     try:
         wait_for(lambda: len(created) >= 5, timeout=30, what="changes flowing")
         t0 = time.monotonic()
-        sigterm = rel.delete_pod_timed(holder)
+        sigterm, exit_code = rel.delete_pod_timed(holder)
         record("SIGTERM to exit, holder of a busy branch (finishedAt)", sigterm)
-        assert sigterm < 5, f"SIGTERM to exit took {sigterm:.1f}s"
+        # The outcome, not a time (a loaded machine is slower): it stopped by itself.
+        assert exit_code == 0, f"exit code {exit_code} after {sigterm:.1f}s"
 
         # the standby, or the Deployment's replacement Pod (rendezvous hashing decides)
         def new_holder() -> str:
