@@ -27,6 +27,7 @@ from kubescribe.controller.snapshot import (
 )
 from kubescribe.controller.webhookcerts import CA_VALIDITY, CERT_VALIDITY, CertificateOptions
 from kubescribe.git.repo import limit_libgit2_memory
+from kubescribe.git.sandbox import confine_libgit2, network_isolation
 from kubescribe.git.targets import Committer
 from kubescribe.git.urlpolicy import NetworkPolicy, set_network_policy
 from kubescribe.kube.client import KubeClient
@@ -360,6 +361,7 @@ def run(
     logs.configure(log_level)
     set_network_policy(NetworkPolicy(deny_private=deny_private_networks))
     limit_libgit2_memory()
+    confine_libgit2()  # no .gitconfig outside a repository is read (docs/security.md)
     for many in ("audit_extra_routes", "webhook_client_cns"):
         attribution[many] = tuple(attribution[many])
     attribution_options = AttributionOptions(**attribution)
@@ -390,6 +392,10 @@ def run(
         )
     if problems := attribution_options.problems():
         raise click.UsageError("; ".join(problems))
+    kustomize = kustomize_binary or shutil.which("kustomize")
+    if kustomize and not network_isolation():
+        # Remote references are still refused before kustomize runs, and it has no `git`.
+        log.warning("render_check.network_not_isolated", reason="unshare --net is refused here")
     operator = run_operator(
         kubeconfig,
         context,
@@ -399,7 +405,7 @@ def run(
         probe_interval=probe_interval,
         cross_namespace_sources=not no_cross_namespace_sources,
         allow_insecure_cluster_tls=allow_insecure_cluster_tls,
-        kustomize=kustomize_binary or shutil.which("kustomize"),
+        kustomize=kustomize,
         sharing=Sharing(replica_id, lease_namespace, lease_duration),
         attribution_options=attribution_options,
         certificates=certificates,
