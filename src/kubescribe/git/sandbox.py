@@ -94,7 +94,10 @@ def export_tree(repo: pygit2.Repository, tree_id: pygit2.Oid, directory: Path) -
     stack: list[tuple[pygit2.Oid, str]] = [(tree_id, "")]
     while stack:
         oid, relative = stack.pop()
-        tree = repo[oid]
+        try:
+            tree = repo[oid]
+        except (pygit2.GitError, KeyError) as exc:  # e.g. an empty entry name
+            raise UnsafeTree(f"{relative or '.'}: {exc}") from exc
         if not isinstance(tree, pygit2.Tree):
             raise UnsafeTree(f"{relative or '.'} is not a tree")
         for entry in tree:
