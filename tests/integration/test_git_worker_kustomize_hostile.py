@@ -135,7 +135,7 @@ async def test_a_remote_resource_is_neither_fetched_nor_echoed(
             f"resources:\n- http://127.0.0.1:{port}/secret.yaml\n",
             "remote base",
         )
-        remote.commit_foreign(f"{FOLDER}/kustomization.yaml", "resources: []\n", "root")
+        remote.commit_foreign(f"{FOLDER}/kustomization.yaml", "resources: [base]\n", "root")
         h = make(checked(kustomize_bin))
         await h.settle(change("a", k="1"))
         with pytest.raises(BlockingIOError):
