@@ -16,7 +16,8 @@ import pygit2
 import pytest
 from pygit2.enums import ObjectType
 
-from kubescribe.git import sandbox
+from kubescribe.git import repack, sandbox
+from kubescribe.git.pending import PendingObjects
 from kubescribe.git.sandbox import UnsafeTree, export_tree
 
 GOOD = "https://git.example.com/team/config.git"
@@ -150,3 +151,29 @@ def test_a_confined_program_reaches_no_listening_socket(tmp_path: Path) -> None:
         assert done.returncode == 3, done.stderr
         with pytest.raises(BlockingIOError):
             server.accept()
+
+
+def test_the_tidy_child_runs_no_module_planted_in_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A tree entry that once landed in the shared folder as kubescribe/__init__.py ran as
+    # the operator at the next tidy: `python -m` puts the current folder first on sys.path.
+    shared = tmp_path / "shared"
+    (shared / "kubescribe").mkdir(parents=True)
+    marker = tmp_path / "ran"
+    (shared / "kubescribe" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.chdir(shared)
+    monkeypatch.setenv("PYTHONPATH", str(shared))
+    monkeypatch.setattr(repack, "CHILD_FROM", 1)
+    repo = pygit2.init_repository(str(tmp_path / "c.git"), bare=True)
+    pending = PendingObjects(repo)
+    signature = pygit2.Signature("t", "t@example.invalid", 0, 0)
+    parents: list[pygit2.Oid] = []
+    for data in (b"one", b"two"):  # two packs of one size: the tidy merges them
+        tree = repo.TreeBuilder()
+        tree.insert("f", repo.create_blob(data), pygit2.enums.FileMode.BLOB)
+        parents = [repo.create_commit(None, signature, signature, "m", tree.write(), parents)]
+        pending.flush()
+    repo.references.create("refs/heads/main", parents[0])
+    assert repack.tidy(repo).kind == "repack"  # done by the child
+    assert not marker.exists()
