@@ -175,4 +175,3 @@ def run_confined(
         timeout=timeout,
         check=False,
     )
-
