@@ -288,6 +288,17 @@ def test_bases_nested_past_the_depth_bound_are_a_kustomize_error() -> None:
     assert Tree.load("k/n", files.get, "k") is not None
 
 
+def test_kustomizations_past_the_tree_budget_are_a_kustomize_error() -> None:
+    big = b"resources: [sub]\n# " + b"x" * (1024 * 1024 - 40) + b"\n"
+    files = {"kustomization.yaml": big}
+    directory = "sub"
+    for _ in range(4):
+        files[f"{directory}/kustomization.yaml"] = big
+        directory += "/sub"
+    with pytest.raises(KustomizeError, match="the kustomizations exceed"):
+        Tree.load("", files.get)
+
+
 def test_a_resource_in_another_targets_folder_is_outside_the_target() -> None:
     files = {
         "b/kustomization.yaml": b"resources: [../a, ../a/x.yaml, /etc/hosts, own.yaml]\n",
@@ -333,6 +344,6 @@ def test_bases_outside_the_folder_and_unreadable_files_are_not_built() -> None:
     assert build_refusal("kustomization.yaml", b"bases: [/var/run/secrets]\n") == (
         "kustomization.yaml names a resource outside the folder"
     )
-    assert build_refusal("kustomization.yaml", b"x: &a 1\ny: *a\n") == (
+    assert build_refusal("kustomization.yaml", b"x: &a [1]\ny: *a\n") == (
         "kustomization.yaml is not readable"
     )

@@ -8,7 +8,7 @@ through; constructs the operator does not invert (generators, components, patche
 object, remote bases, Helm charts, other transformers) are reported, never guessed at.
 
 Comments and key order of a kustomization survive edits (ruamel.yaml round-trip). A file is
-read within bounds (size, nesting, no anchors or aliases; a tree of limited depth and size) and
+read within bounds (size, nesting, no aliases of collections; a tree of limited depth and size) and
 no resource of the target's folder may name a file outside it: a kustomization written by
 whoever writes the repository decides neither the operator's memory nor another folder.
 """
@@ -26,12 +26,6 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
-from ruamel.yaml.events import (
-    AliasEvent,
-    CollectionEndEvent,
-    CollectionStartEvent,
-    NodeEvent,
-)
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
 
 from kubescribe.mirror.identity import Identity
@@ -125,27 +119,49 @@ MAX_BYTES = 1024 * 1024
 MAX_NESTING = 64
 MAX_BASES_DEPTH = 32
 MAX_KUSTOMIZATIONS = 512
+MAX_TREE_BYTES = 4 * MAX_BYTES  # all the kustomizations of a tree together
 
 
 class KustomizeError(ValueError):
     """A kustomization that cannot be read (not YAML, not a mapping, past a bound)."""
 
 
-def _within_bounds(path: str, text: str) -> None:
-    """Refuse a file past the size or nesting bound, or with anchors and aliases, from its
-    event stream (which, unlike building the document, does not recurse)."""
+def _within_bounds(path: str, data: Any) -> None:
+    """Refuse a parsed file nested past the bound, or sharing a node (a YAML alias: walking
+    it would expand it). Walked with an explicit stack, each node once."""
+    seen: set[int] = set()
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, (Mapping, list)):
+            continue
+        if depth >= MAX_NESTING:
+            raise KustomizeError(f"{path}: nested deeper than {MAX_NESTING} levels")
+        if id(node) in seen:
+            raise KustomizeError(f"{path}: YAML aliases are not read")
+        seen.add(id(node))
+        values = node.values() if isinstance(node, Mapping) else node
+        stack.extend((value, depth + 1) for value in values)
+
+
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _load_bounded(path: str, text: str, load: Callable[[str], Any]) -> Any:
+    """What `load` parses from `text`, within the bounds (a document too deep for the
+    parser's recursion is past them too). Flow nesting is bounded before parsing: the
+    scanner's cost grows with the square of it. Brackets in quoted strings count too."""
     depth = 0
-    for event in YAML(typ="safe", pure=True).parse(text):
-        if isinstance(event, AliasEvent) or (
-            isinstance(event, NodeEvent) and event.anchor is not None
-        ):
-            raise KustomizeError(f"{path}: YAML anchors and aliases are not read")
-        if isinstance(event, CollectionStartEvent):
-            depth += 1
-            if depth > MAX_NESTING:
-                raise KustomizeError(f"{path}: nested deeper than {MAX_NESTING} levels")
-        elif isinstance(event, CollectionEndEvent):
-            depth -= 1
+    for bracket in _BRACKETS.finditer(text):
+        depth = depth + 1 if bracket.group() in "[{" else max(depth - 1, 0)
+        if depth > MAX_NESTING:
+            raise KustomizeError(f"{path}: nested deeper than {MAX_NESTING} levels")
+    try:
+        data = load(text)
+    except RecursionError as exc:
+        raise KustomizeError(f"{path}: nested deeper than {MAX_NESTING} levels") from exc
+    _within_bounds(path, data)
+    return data
 
 
 def _yaml() -> YAML:
@@ -200,16 +216,8 @@ class Kustomization:
         if len(raw) > MAX_BYTES:
             raise KustomizeError(f"{path}: larger than {MAX_BYTES} bytes")
         try:
-            _within_bounds(path, raw.decode())
-        except (YAMLError, UnicodeDecodeError) as exc:
-            raise KustomizeError(f"{path}: {exc}") from exc
-        return cls._load(path, raw)
-
-    @classmethod
-    def _load(cls, path: str, raw: bytes) -> Kustomization:
-        try:
             text = raw.decode()
-            data = _yaml().load(text)
+            data = _load_bounded(path, text, _yaml().load)
         except (YAMLError, UnicodeDecodeError) as exc:
             raise KustomizeError(f"{path}: {exc}") from exc
         if data is None:
@@ -228,7 +236,7 @@ class Kustomization:
     def copy(self) -> Kustomization:
         # A round trip through text: deep copies of ruamel's comment-carrying nodes are
         # an order of magnitude slower.
-        copied = Kustomization._load(self.path, self.dump())  # within bounds: it was read
+        copied = Kustomization.parse(self.path, self.dump())
         copied.style = self.style
         return copied
 
@@ -347,8 +355,10 @@ def _patch_documents(text: str | bytes | None) -> list[tuple[str | None, str | N
         return [(None, None)]
     try:
         text = text.decode() if isinstance(text, bytes) else text
-        _within_bounds("patch", text)
-        docs = [d for d in YAML(typ="safe", pure=True).load_all(text) if d is not None]
+        loaded = _load_bounded(
+            "patch", text, lambda t: list(YAML(typ="safe", pure=True).load_all(t))
+        )
+        docs = [d for d in loaded if d is not None]
     except (YAMLError, UnicodeDecodeError, ValueError):
         return [(None, None)]
     out: list[tuple[str | None, str | None]] = []
@@ -415,6 +425,7 @@ class Tree:
     patch_files: set[str] = field(default_factory=set)  # they look like objects, but are not
 
     folder: str = ""  # the target's folder: no resource is read or edited outside it
+    size: int = 0  # bytes of the kustomizations read
 
     @classmethod
     def load(cls, root: str, read: Callable[[str], bytes | None], folder: str = "") -> Tree | None:
@@ -423,8 +434,14 @@ class Tree:
         if found is None:
             return None
         tree = cls(root, folder=folder)
-        tree._add(Kustomization.parse(*found), None, read)
+        tree._add(tree._parse(*found), None, read)
         return tree
+
+    def _parse(self, path: str, raw: bytes) -> Kustomization:
+        self.size += len(raw)
+        if self.size > MAX_TREE_BYTES:
+            raise KustomizeError(f"{path}: the kustomizations exceed {MAX_TREE_BYTES} bytes")
+        return Kustomization.parse(path, raw)
 
     def inside(self, path: str) -> bool:
         """Whether a normalized repository path is in the target's folder."""
@@ -468,7 +485,7 @@ class Tree:
                 subdir = posixpath.dirname(sub[0])
                 if subdir in self.kustomizations:
                     continue  # a base included twice (diamond): rendered through the first
-                self._add(Kustomization.parse(*sub), directory, read)
+                self._add(self._parse(*sub), directory, read)
             else:
                 self.listed.setdefault(path, directory)
 
