@@ -741,7 +741,12 @@ class Build:
             except Exception as exc:
                 # kustomize's error stays in the log: in status it would tell a repository
                 # writer what the operator's Pod can reach.
-                self.log.warning("build.render_check_failed", target=str(key), error=str(exc))
+                self.log.warning(
+                    "build.render_check_failed",
+                    target=str(key),
+                    error=str(exc),
+                    detail=str(exc.__cause__ or ""),
+                )
                 first = min(changed, key=_sort_key)
                 if isinstance(exc, _NotBuilt):
                     failing[first] = (c.KUSTOMIZE_UNSUPPORTED, f"render check not run: {exc}")
