@@ -124,12 +124,11 @@ async def run_operator(
     elif options.changes_webhook_url and options.changes_webhook_ca:
         pem = options.changes_webhook_ca.read_bytes()
         settings.changes_webhook = (options.changes_webhook_url, lambda: pem)
-    redis_url = options.redis_url
-    if redis_url:
+    if options.redis is not None:
         # Imported only when configured, like the fact store: redis-py costs about 20 MB.
         from kubescribe.store.redis_cursors import RedisCursorStore  # noqa: PLC0415
 
-        settings.cursors = RedisCursorStore(redis_url)
+        settings.cursors = RedisCursorStore(options.redis)
     settings.resolver, settings.request_authors = att.resolver, att.requests
     settings.attribution_sources = att.sources
     manager = Manager(client, settings)

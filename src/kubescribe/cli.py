@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import os
 import shutil
 import signal
 from collections.abc import Callable, Coroutine
@@ -35,6 +36,13 @@ from kubescribe.mirror.owned import Content
 from kubescribe.server.admission import DEFAULT_CLIENT
 from kubescribe.server.attribution import MAX_AUDIT_BODY, AttributionOptions
 from kubescribe.server.audit import DEFAULT_MAX_BODY, DEFAULT_MAX_EVENTS
+from kubescribe.store.redis_options import (
+    DEFAULT_KEY_PREFIX,
+    HMAC_KEY_ENV,
+    PASSWORD_ENV,
+    URL_ENV,
+    RedisOptions,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -114,9 +122,24 @@ def _attribution_options(command: Callable[..., None]) -> Callable[..., None]:
         ),
         click.option(
             "--redis-url",
+            envvar=URL_ENV,
             default="",
             help="Share audit facts, CommitRequest authors and watch resume cursors through Redis "
-            "('' = in memory).",
+            f"('' = in memory; rediss:// for TLS). Defaults to ${URL_ENV}. The password comes "
+            f"from ${PASSWORD_ENV}; ${HMAC_KEY_ENV} (at least 32 bytes, the same for every "
+            "replica) is required and signs every entry.",
+        ),
+        click.option(
+            "--redis-ca-file",
+            type=path,
+            help="CA (PEM) that signs the Redis server's certificate (rediss://; default: the "
+            "system CAs).",
+        ),
+        click.option(
+            "--redis-key-prefix",
+            default=DEFAULT_KEY_PREFIX,
+            show_default=True,
+            help="Prefix of every Redis key, so several installs can share one Redis.",
         ),
         click.option(
             "--webhook-addr",
@@ -362,6 +385,11 @@ def run(
     limit_libgit2_memory()
     for many in ("audit_extra_routes", "webhook_client_cns"):
         attribution[many] = tuple(attribution[many])
+    attribution["redis"] = _redis_options(
+        attribution.pop("redis_url"),
+        attribution.pop("redis_ca_file"),
+        attribution.pop("redis_key_prefix"),
+    )
     attribution_options = AttributionOptions(**attribution)
     certificates = None
     if webhook_cert_secret:
@@ -483,6 +511,19 @@ def snapshot(
     except SnapshotError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"{repo_dir}: {branch} at {tip}" if tip else f"{repo_dir}: nothing to write")
+
+
+def _redis_options(url: str, ca_file: Path | None, key_prefix: str) -> RedisOptions | None:
+    """Redis settings, with the secrets from the environment (never from arguments)."""
+    if not url:
+        return None
+    return RedisOptions(
+        url=url,
+        hmac_key=os.environ.get(HMAC_KEY_ENV, "").encode(),
+        password=os.environ.get(PASSWORD_ENV, ""),
+        ca_file=ca_file,
+        key_prefix=key_prefix,
+    )
 
 
 async def _until_signal(main_coro: Coroutine[Any, Any, None]) -> None:

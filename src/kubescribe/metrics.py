@@ -204,6 +204,13 @@ COMMIT_REQUESTS = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+REDIS_REJECTED = Counter(
+    "kubescribe_redis_entries_rejected_total",
+    "Entries read from Redis without a valid signature, ignored, by kind (fact, cursor,"
+    " known: a member of a cursor's known-object set).",
+    ["kind"],
+    registry=REGISTRY,
+)
 CURSOR_SAVES = Counter(
     "kubescribe_cursor_saves_total",
     "Resume cursors saved after a push, by result (ok, error).",
