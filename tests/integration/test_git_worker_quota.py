@@ -1,0 +1,141 @@
+"""The cache quota against a real remote: a namespace whose repository outgrows its share of the
+object cache is refused and its clone removed; the other namespaces keep writing."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from kubescribe import metrics
+from kubescribe.devenv.gitremote import BareRemote, git
+from kubescribe.git import repack as repack_module
+from kubescribe.git.cachequota import NamespaceCache
+from kubescribe.git.pack import PackTooLarge, write_objects
+from kubescribe.git.repack import tidy
+from kubescribe.git.repo import GitRepository, cache_path
+from tests.builders import path_of, target, upsert
+from tests.support import WorkerHarness, until
+
+QUOTA = 200 << 10
+
+
+def add_noise(remote: BareRemote, size: int, name: str = "noise.bin") -> None:
+    """Commit `size` incompressible bytes to the remote's branch."""
+    path = remote.path / name
+    path.write_bytes(os.urandom(size))
+    blob = git("hash-object", "-w", str(path), cwd=remote.path).strip()
+    path.unlink()
+    tree = git("mktree", cwd=remote.path, input=f"100644 blob {blob}\t{name}\n").strip()
+    tip = remote.tip()
+    assert tip is not None
+    commit = git("commit-tree", tree, "-p", tip, "-m", "Add noise", cwd=remote.path).strip()
+    git("update-ref", f"refs/heads/{remote.branch}", commit, cwd=remote.path)
+
+
+def refusals(namespace: str) -> float:
+    return metrics.CACHE_QUOTA_REFUSALS.labels(namespace)._value.get()
+
+
+def worker(remote: BareRemote, cache: NamespaceCache) -> WorkerHarness:
+    h = WorkerHarness(remote.url, cache.directory, targets=[target()], cache_quota=cache)
+    h.worker.start()
+    return h
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> BareRemote:
+    return BareRemote.create(tmp_path / "small.git")
+
+
+async def test_a_repository_past_the_quota_is_refused_and_its_clone_removed(
+    remote: BareRemote, small: BareRemote, tmp_path: Path
+) -> None:
+    add_noise(remote, 1 << 20)
+    tip = remote.tip()
+    before = refusals("tenant-a")
+    big = NamespaceCache(tmp_path / "cache" / "tenant-a", QUOTA, "tenant-a")
+    other = NamespaceCache(tmp_path / "cache" / "tenant-b", QUOTA, "tenant-b")
+    a, b = worker(remote, big), worker(small, other)
+    try:
+        a.worker.submit(upsert("a"))
+        await until(lambda: any(not r.ok for r in a.reports), "a refusal")
+        refused = next(r for r in a.reports if not r.ok)
+        assert refused.reason == "CacheQuotaExceeded"
+        assert "200Ki" in refused.message
+        assert refusals("tenant-a") > before
+        assert not cache_path(big.directory, remote.url).exists()
+        assert big.usage() <= QUOTA
+        assert metrics.CACHE_BYTES.labels("tenant-a")._value.get() <= QUOTA
+        assert remote.tip() == tip  # nothing written
+
+        await b.settle(upsert("b"))  # the other namespace writes on
+        assert b.last().ok
+        assert path_of("b") in small.files()
+        assert 0 < other.usage() <= QUOTA
+    finally:
+        await a.worker.stop(timeout=5)
+        await b.worker.stop(timeout=5)
+    git("fsck", "--full", "--strict", cwd=remote.path)
+
+
+async def test_the_same_repository_is_written_without_a_quota(
+    remote: BareRemote, tmp_path: Path
+) -> None:
+    add_noise(remote, 1 << 20)
+    unlimited = NamespaceCache(tmp_path / "cache" / "tenant-a", 0, "tenant-a")
+    h = worker(remote, unlimited)
+    try:
+        await h.settle(upsert("a"))
+        assert h.last().ok
+        assert unlimited.usage() > 1 << 20
+    finally:
+        await h.worker.stop(timeout=5)
+
+
+async def test_a_namespace_that_outgrew_its_quota_by_writing_is_refused_at_its_next_write(
+    remote: BareRemote, tmp_path: Path
+) -> None:
+    cache = NamespaceCache(tmp_path / "cache" / "tenant-a", QUOTA, "tenant-a")
+    h = worker(remote, cache)
+    try:
+        noise = os.urandom(150 << 10).hex()[: 150 << 10]
+        await h.settle(upsert("a", k=noise))
+        assert h.last().ok
+        await h.settle(upsert("b", k=noise[::-1]))  # checked before it, written
+        assert h.last().ok
+        assert cache.usage() > QUOTA
+        h.worker.submit(upsert("c"))
+        await until(lambda: not h.last().ok, "a refusal")
+        assert h.last().reason == "CacheQuotaExceeded"
+        assert path_of("c") not in remote.files()
+        assert not cache_path(cache.directory, remote.url).exists()
+    finally:
+        await h.worker.stop(timeout=5)
+
+
+@pytest.mark.parametrize("child_from", [10**9, 1], ids=["in process", "in a child"])
+def test_a_tidy_never_writes_past_the_room_it_is_given(
+    remote: BareRemote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, child_from: int
+) -> None:
+    monkeypatch.setattr(repack_module, "CHILD_FROM", child_from)
+    cache = GitRepository(remote.url, tmp_path / "cache")
+    for name in ("one", "two"):  # two fetches, two packs: a tidy merges them
+        add_noise(remote, 128 << 10, name)
+        cache.fetch("main")
+    repo = cache.repo
+    packs = sorted((Path(repo.path) / "objects" / "pack").iterdir())
+    with pytest.raises(OSError, match="exceed"):
+        tidy(repo, garbage=True, max_bytes=64 << 10)
+    assert sorted((Path(repo.path) / "objects" / "pack").iterdir()) == packs  # left as it was
+    assert tidy(repo, garbage=True, max_bytes=1 << 20).kind == "repack"
+
+
+def test_a_pack_past_its_bound_leaves_nothing_behind(tmp_path: Path) -> None:
+    repo = pygit2.init_repository(str(tmp_path / "r.git"), bare=True)
+    blobs = [(os.urandom(20), 3, os.urandom(10_000)) for _ in range(20)]
+    with pytest.raises(PackTooLarge):
+        write_objects(repo.path, blobs, max_bytes=50_000)
+    assert list((Path(repo.path) / "objects" / "pack").iterdir()) == []
