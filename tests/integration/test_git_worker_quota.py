@@ -36,7 +36,7 @@ def add_noise(remote: BareRemote, size: int, name: str = "noise.bin") -> None:
 
 
 def refusals(namespace: str) -> float:
-    return metrics.CACHE_QUOTA_REFUSALS.labels(namespace)._value.get()
+    return float(metrics.CACHE_QUOTA_REFUSALS.labels(namespace)._value.get())
 
 
 def worker(remote: BareRemote, cache: NamespaceCache) -> WorkerHarness:
