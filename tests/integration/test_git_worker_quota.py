@@ -17,22 +17,9 @@ from kubescribe.git.pack import PackTooLarge, write_objects
 from kubescribe.git.repack import tidy
 from kubescribe.git.repo import GitRepository, cache_path
 from tests.builders import path_of, target, upsert
-from tests.support import WorkerHarness, until
+from tests.support import WorkerHarness, commit_noise, until
 
 QUOTA = 200 << 10
-
-
-def add_noise(remote: BareRemote, size: int, name: str = "noise.bin") -> None:
-    """Commit `size` incompressible bytes to the remote's branch."""
-    path = remote.path / name
-    path.write_bytes(os.urandom(size))
-    blob = git("hash-object", "-w", str(path), cwd=remote.path).strip()
-    path.unlink()
-    tree = git("mktree", cwd=remote.path, input=f"100644 blob {blob}\t{name}\n").strip()
-    tip = remote.tip()
-    assert tip is not None
-    commit = git("commit-tree", tree, "-p", tip, "-m", "Add noise", cwd=remote.path).strip()
-    git("update-ref", f"refs/heads/{remote.branch}", commit, cwd=remote.path)
 
 
 def refusals(namespace: str) -> float:
@@ -53,7 +40,7 @@ def small(tmp_path: Path) -> BareRemote:
 async def test_a_repository_past_the_quota_is_refused_and_its_clone_removed(
     remote: BareRemote, small: BareRemote, tmp_path: Path
 ) -> None:
-    add_noise(remote, 1 << 20)
+    commit_noise(remote, 1 << 20)
     tip = remote.tip()
     before = refusals("tenant-a")
     big = NamespaceCache(tmp_path / "cache" / "tenant-a", QUOTA, "tenant-a")
@@ -84,7 +71,7 @@ async def test_a_repository_past_the_quota_is_refused_and_its_clone_removed(
 async def test_the_same_repository_is_written_without_a_quota(
     remote: BareRemote, tmp_path: Path
 ) -> None:
-    add_noise(remote, 1 << 20)
+    commit_noise(remote, 1 << 20)
     unlimited = NamespaceCache(tmp_path / "cache" / "tenant-a", 0, "tenant-a")
     h = worker(remote, unlimited)
     try:
@@ -123,7 +110,7 @@ def test_a_tidy_never_writes_past_the_room_it_is_given(
     monkeypatch.setattr(repack_module, "CHILD_FROM", child_from)
     cache = GitRepository(remote.url, tmp_path / "cache")
     for name in ("one", "two"):  # two fetches, two packs: a tidy merges them
-        add_noise(remote, 128 << 10, name)
+        commit_noise(remote, 128 << 10, name)
         cache.fetch("main")
     repo = cache.repo
     packs = sorted((Path(repo.path) / "objects" / "pack").iterdir())
