@@ -1,9 +1,12 @@
-"""The cache quota's arithmetic: sizes as Kubernetes quantities, what is left, when it is past."""
+"""The cache quota's arithmetic: sizes as Kubernetes quantities, what is left, when it is past;
+the flag that sets it."""
 
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 
+from kubescribe import cli
 from kubescribe.git.quota import allowance, exceeds, format_size, parse_size, refusal_message
 
 
@@ -64,3 +67,10 @@ def test_the_refusal_names_the_quota_and_the_flag() -> None:
     message = refusal_message(256 << 20)
     assert "256Mi" in message
     assert "--cache-quota-per-namespace" in message
+
+
+def test_the_flag_refuses_a_size_it_cannot_read() -> None:
+    result = CliRunner().invoke(cli.main, ["run", "--cache-quota-per-namespace=1.5Gi"])
+    assert result.exit_code == 2
+    assert "--cache-quota-per-namespace" in result.output
+    assert "not a size" in result.output
