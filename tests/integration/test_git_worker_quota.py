@@ -82,7 +82,7 @@ async def test_the_same_repository_is_written_without_a_quota(
         await h.worker.stop(timeout=5)
 
 
-async def test_a_namespace_that_outgrew_its_quota_by_writing_is_refused_at_its_next_write(
+async def test_a_batch_that_would_take_the_namespace_past_its_quota_is_refused(
     remote: BareRemote, tmp_path: Path
 ) -> None:
     cache = NamespaceCache(tmp_path / "cache" / "tenant-a", QUOTA, "tenant-a")
@@ -91,14 +91,35 @@ async def test_a_namespace_that_outgrew_its_quota_by_writing_is_refused_at_its_n
         noise = os.urandom(150 << 10).hex()[: 150 << 10]
         await h.settle(upsert("a", k=noise))
         assert h.last().ok
-        await h.settle(upsert("b", k=noise[::-1]))  # checked before it, written
-        assert h.last().ok
-        assert cache.usage() > QUOTA
-        h.worker.submit(upsert("c"))
+        h.worker.submit(upsert("b", k=noise[::-1]))
         await until(lambda: not h.last().ok, "a refusal")
         assert h.last().reason == "CacheQuotaExceeded"
-        assert path_of("c") not in remote.files()
+        assert path_of("b") not in remote.files()
         assert not cache_path(cache.directory, remote.url).exists()
+        assert cache.usage() <= QUOTA
+    finally:
+        await h.worker.stop(timeout=5)
+
+
+async def test_a_namespace_already_past_a_lowered_quota_is_refused_and_its_clone_removed(
+    remote: BareRemote, tmp_path: Path
+) -> None:
+    folder = tmp_path / "cache" / "tenant-a"
+    h = worker(remote, NamespaceCache(folder, 0, "tenant-a"))
+    try:
+        await h.settle(upsert("a", k=os.urandom(150 << 10).hex()))
+    finally:
+        await h.worker.stop(timeout=5)
+    lowered = NamespaceCache(folder, 100 << 10, "tenant-a")
+    assert lowered.usage() > 100 << 10
+    h = worker(remote, lowered)
+    try:
+        h.worker.submit(upsert("b"))
+        await until(lambda: any(not r.ok for r in h.reports), "a refusal")
+        assert h.last().reason == "CacheQuotaExceeded"
+        assert "100Ki" in h.last().message
+        assert path_of("b") not in remote.files()
+        assert not cache_path(folder, remote.url).exists()
     finally:
         await h.worker.stop(timeout=5)
 

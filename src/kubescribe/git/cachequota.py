@@ -1,10 +1,10 @@
 """Each namespace's clones within its cache quota (the arithmetic is in `quota`).
 
 The namespace's usage is what its folder holds on disk. A fetch may receive only what is left
-of the quota (libgit2's transfer progress aborts it past that), a tidy may write only as much;
-the branch workers of one namespace take turns for both, so each sees what the other left.
-A write adds only the batch's own objects; a namespace found over its quota before a write is
-refused there.
+of the quota (libgit2's transfer progress aborts it past that), a tidy or a batch's pack may
+write only as much; the branch workers of one namespace take turns for these, so each sees
+what the others left. A namespace found over its quota (a quota lowered since, a clone of an
+earlier run) is refused before a write.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from kubescribe import heap, metrics
 from kubescribe.api import conditions as c
 from kubescribe.git.build import Build, BuildCache, Outcome
 from kubescribe.git.cachequota import CacheQuotaExceeded, NamespaceCache
+from kubescribe.git.pack import PackTooLarge
 from kubescribe.git.pending import PendingObjects
 from kubescribe.git.repack import PACK_LIMIT, TidyResult, pack_count, tidy
 from kubescribe.git.repo import (
@@ -259,9 +260,14 @@ class Writer:
         raise AssertionError("unreachable")
 
     def _flush(self) -> None:
-        """The build's objects to disk as one pack: the push reads them from there."""
+        """The build's objects to disk as one pack: the push reads them from there. A batch
+        that would take the namespace past its quota is refused."""
         if self.pending is not None:
-            self.pending.flush()
+            with self.quota.room() as room:
+                try:
+                    self.pending.flush(room)
+                except PackTooLarge:
+                    raise CacheQuotaExceeded(self.quota.quota) from None
 
     def _discard(self) -> None:
         if self.pending is not None:
