@@ -3,7 +3,9 @@ object cache is refused and its clone removed; the other namespaces keep writing
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pygit2
@@ -11,15 +13,19 @@ import pytest
 
 from kubescribe import metrics
 from kubescribe.devenv.gitremote import BareRemote, git
+from kubescribe.devenv.httpgit import HttpsGitServer, missing_binaries
 from kubescribe.git import repack as repack_module
-from kubescribe.git.cachequota import NamespaceCache
+from kubescribe.git.cachequota import NamespaceCache, folder_size
 from kubescribe.git.pack import PackTooLarge, write_objects
 from kubescribe.git.repack import tidy
-from kubescribe.git.repo import GitRepository, cache_path
+from kubescribe.git.repo import GitRepository, TransferTooLarge, cache_path
+from kubescribe.git.transport.callbacks import remote_callbacks
+from kubescribe.git.transport.secret import Credentials
 from tests.builders import path_of, target, upsert
 from tests.support import WorkerHarness, commit_noise, until
 
 QUOTA = 200 << 10
+PASSWORD = "correct-horse-battery"
 
 
 def refusals(namespace: str) -> float:
@@ -147,3 +153,30 @@ def test_a_pack_past_its_bound_leaves_nothing_behind(tmp_path: Path) -> None:
     with pytest.raises(PackTooLarge):
         write_objects(repo.path, blobs, max_bytes=50_000)
     assert list((Path(repo.path) / "objects" / "pack").iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def https_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpsGitServer]:
+    missing = missing_binaries()
+    if missing:
+        pytest.skip(f"not installed: {', '.join(missing)} (Debian packages nginx, fcgiwrap)")
+    with HttpsGitServer(tmp_path_factory.mktemp("https")) as server:
+        server.add_user("reader", PASSWORD, read_only=True)
+        yield server
+
+
+def test_a_fetch_over_https_stops_once_it_would_pass_its_limit(
+    https_server: HttpsGitServer, tmp_path: Path
+) -> None:
+    served = https_server.create_repo("big")
+    commit_noise(served, 4 << 20)
+    url = https_server.url_for("big")
+    creds = Credentials.from_secret_data(
+        {"ca.crt": https_server.ca_pem, "username": b"reader", "password": PASSWORD.encode()}
+    )
+    cache = GitRepository(url, tmp_path / "cache", functools.partial(remote_callbacks, creds, url))
+    with pytest.raises(TransferTooLarge):
+        cache.fetch("main", QUOTA)
+    assert folder_size(tmp_path / "cache") < 1 << 20  # stopped early, not after 4 MiB
+    assert cache.fetch("main") is not None  # without a limit it goes through
+    assert folder_size(tmp_path / "cache") > 4 << 20

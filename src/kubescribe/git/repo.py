@@ -267,6 +267,10 @@ class GitRepository:
                     callbacks=callbacks,
                     prune=FetchPrune.NO_PRUNE,
                 )
+        except TransferTooLarge:
+            # libgit2 leaves the remote's connection mid-transfer: the next fetch needs another.
+            self._remote = self.repo.remotes.create_anonymous(self.url)
+            raise
         except (pygit2.GitError, OSError) as exc:
             reason, message = self._classify(exc, callbacks)
             raise RemoteUnavailable(f"fetch failed: {message}", reason) from None
