@@ -27,6 +27,7 @@ from kubescribe.controller.snapshot import (
     select_types,
 )
 from kubescribe.controller.webhookcerts import CA_VALIDITY, CERT_VALIDITY, CertificateOptions
+from kubescribe.git.quota import parse_size
 from kubescribe.git.repo import limit_libgit2_memory
 from kubescribe.git.targets import Committer
 from kubescribe.git.urlpolicy import NetworkPolicy, set_network_policy
@@ -284,6 +285,14 @@ def _certificate_options(command: Callable[..., None]) -> Callable[..., None]:
     help="Object cache for Git (never trusted as state).",
 )
 @click.option(
+    "--cache-quota-per-namespace",
+    "cache_quota",
+    default="0",
+    show_default=True,
+    help="Bytes each namespace's Git clones may hold in the cache, e.g. 256Mi or 1G (0 = no "
+    "quota); a fetch or write past it refuses the target (CacheQuotaExceeded).",
+)
+@click.option(
     "--metrics-addr",
     default="127.0.0.1:8080",
     show_default=True,
@@ -356,6 +365,7 @@ def run(
     kubeconfig: Path | None,
     context: str | None,
     cache_dir: Path,
+    cache_quota: str,
     metrics_addr: str,
     log_level: str,
     allow_file_urls: bool,
@@ -418,6 +428,10 @@ def run(
         )
     if problems := attribution_options.problems():
         raise click.UsageError("; ".join(problems))
+    try:
+        quota = parse_size(cache_quota)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--cache-quota-per-namespace") from None
     operator = run_operator(
         kubeconfig,
         context,
@@ -428,6 +442,7 @@ def run(
         cross_namespace_sources=not no_cross_namespace_sources,
         allow_insecure_cluster_tls=allow_insecure_cluster_tls,
         kustomize=kustomize_binary or shutil.which("kustomize"),
+        cache_quota=quota,
         sharing=Sharing(replica_id, lease_namespace, lease_duration),
         attribution_options=attribution_options,
         certificates=certificates,

@@ -63,6 +63,18 @@ CACHE_PACKS = Gauge(
     ["branch"],
     registry=REGISTRY,
 )
+CACHE_BYTES = Gauge(
+    "kubescribe_cache_bytes",
+    "Bytes a namespace's Git clones hold in the object cache (after each fetch, write and tidy).",
+    ["namespace"],
+    registry=REGISTRY,
+)
+CACHE_QUOTA_REFUSALS = Counter(
+    "kubescribe_cache_quota_refusals_total",
+    "Fetches and writes refused because the namespace's clones would exceed its cache quota.",
+    ["namespace"],
+    registry=REGISTRY,
+)
 LIBGIT2_CACHED = Gauge(
     "kubescribe_libgit2_cached_bytes",
     "Memory held by libgit2's object cache (bounded at 32 MiB), sampled after each batch.",

@@ -103,6 +103,7 @@ RENDER_MISMATCH: Final = "RenderMismatch"
 # reasons: writing and pushing (git/) and Git transport (`git.transport.errors.GitFailure`)
 WRITE_FAILED: Final = "WriteFailed"
 CACHE_UNWRITABLE: Final = "CacheUnwritable"  # the object cache's disk is full or read-only
+CACHE_QUOTA_EXCEEDED: Final = "CacheQuotaExceeded"  # the namespace's clones outgrew its share
 REMOTE_UNREACHABLE: Final = "RemoteUnreachable"
 PUSH_REJECTED: Final = "PushRejected"
 TARGET_NOT_WRITABLE: Final = "TargetNotWritable"
@@ -176,6 +177,7 @@ STALLED_REASONS: Final = frozenset(
         CLUSTER_CONFLICT,
         KUBECONFIG_REFUSED,
         KUSTOMIZE_UNSUPPORTED,
+        CACHE_QUOTA_EXCEEDED,
     }
 )
 """Reasons that need a change by a user: a False condition with one makes the object Stalled."""

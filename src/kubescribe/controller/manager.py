@@ -44,6 +44,7 @@ from kubescribe.controller.status import (
 )
 from kubescribe.controller.streams import StreamSpec, TargetStream
 from kubescribe.controller.webhooks import ChangeWebhook
+from kubescribe.git.cachequota import NamespaceCache
 from kubescribe.git.targets import Committer, KustomizeConfig, TargetConfig, WriteReport
 from kubescribe.git.worker import BranchWorker
 from kubescribe.kube.client import ApiError, KubeClient
@@ -103,6 +104,7 @@ class Settings:
     changes_webhook: tuple[str, Callable[[], bytes]] | None = None
     attribution_sources: tuple[str, ...] = ()  # audit, admission: what can name authors
     kustomize: str | None = None  # the kustomize binary for GitTarget render checks
+    cache_quota: int = 0  # bytes each namespace's clones may hold in the cache (0: no quota)
 
 
 class _Cache:
@@ -156,6 +158,7 @@ class Manager:
         self._streams: dict[str, _Running] = {}
         self._workers: dict[WorkerKey, BranchWorker] = {}
         self._stopping: dict[WorkerKey, asyncio.Task[None]] = {}
+        self._namespace_caches: dict[str, NamespaceCache] = {}
         self._relist: set[str] = set()  # streams to list afresh, not resume from a cursor
         self._cursors = CursorKeeper(self.settings.cursors)
         self._shards: Shards | None = None
@@ -362,7 +365,8 @@ class Manager:
                     url=provider.spec.url,
                     branch=key.branch,
                     # Each namespace keeps its own clone: nothing one writes is another's base.
-                    cache_dir=self.settings.cache_dir / "namespaces" / key.namespace,
+                    cache_dir=self._namespace_cache(key.namespace).directory,
+                    cache_quota=self._namespace_cache(key.namespace),
                     committer=Committer(committer.name, committer.email),
                     on_report=self._on_report,
                     on_pushed=self._on_pushed,
@@ -376,6 +380,17 @@ class Manager:
                 worker = existing
             worker.configure([self._target_config(t) for t in targets])
             self._providers.assign(key, [t.provider.key for t in targets if t.provider], worker)
+
+    def _namespace_cache(self, namespace: str) -> NamespaceCache:
+        """The folder of a namespace's clones and its quota, one for all its workers."""
+        cache = self._namespace_caches.get(namespace)
+        if cache is None:
+            cache = self._namespace_caches[namespace] = NamespaceCache(
+                self.settings.cache_dir / "namespaces" / namespace,
+                self.settings.cache_quota,
+                namespace,
+            )
+        return cache
 
     async def _hand_over(self, key: WorkerKey, worker: BranchWorker) -> None:
         """Write and push what the worker holds, save its cursors, then let the Lease go."""
