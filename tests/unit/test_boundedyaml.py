@@ -96,3 +96,9 @@ def test_a_bomb_in_a_multi_document_file_is_kept_but_never_read() -> None:
     data = dump_yaml(configmap(k="v")).encode() + b"---\n" + laughs(9)
     parts = docedit.split(data)
     assert [p.identity for p in parts] == [Identity("", "ConfigMap", "ns", "app"), None]
+
+
+def test_aliases_count_as_one_node_where_only_composing_costs() -> None:
+    check(laughs(9), expanded=False)  # a loader shares the aliased node: cheap to compose
+    many = ("[" + ",".join(["a"] * (boundedyaml.MAX_NODES + 1)) + "]").encode()
+    assert refusal(many, expanded=False) == boundedyaml.TOO_MANY_NODES

@@ -43,10 +43,13 @@ def check(
     max_nodes: int = MAX_NODES,
     max_depth: int = MAX_DEPTH,
     aliases: bool = True,
+    expanded: bool = True,
 ) -> None:
     """Raise `RefusedYaml` if `data` is larger than `max_bytes` (None: no cap), holds more
-    than `max_nodes` nodes with its aliases expanded, nests deeper than `max_depth`, or holds
-    any alias when `aliases` is False. Invalid YAML raises `yaml.YAMLError` as a load would."""
+    than `max_nodes` nodes, nests deeper than `max_depth`, or holds any alias when `aliases`
+    is False. Nodes are counted with aliases `expanded` (what a walk over the parsed tree
+    visits); otherwise an alias is one node (what composing costs: a loader shares the node).
+    Invalid YAML raises `yaml.YAMLError` as a load would."""
     size = len(data.encode() if isinstance(data, str) else data)
     if max_bytes is not None and size > max_bytes:
         raise RefusedYaml(TOO_LARGE, f"{size} bytes, more than {max_bytes}")
@@ -66,7 +69,7 @@ def check(
         if isinstance(event, yaml.AliasEvent):
             if not aliases:
                 raise RefusedYaml(ALIASES, "YAML aliases are not accepted here")
-            nodes = anchored.get(event.anchor, 1)
+            nodes = anchored.get(event.anchor or "", 1) if expanded else 1
         elif isinstance(event, yaml.ScalarEvent | yaml.CollectionStartEvent):
             nodes = 1
         else:

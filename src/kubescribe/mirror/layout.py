@@ -107,11 +107,12 @@ def file_name(name: str) -> str:
 
     Characters Windows refuses, control characters, non-ASCII characters, `%` and `~` are
     percent-encoded (UTF-8, upper-case hex), and so is the dot of a trailing `.sops`, so no
-    name can spell the encrypted suffix (`db.sops` and `db` keep files of their own). A name that could collide with another on a
-    case-insensitive file system (it holds an upper-case letter), a Windows device name, a
-    name ending in `.` or space, and one longer than `MAX_NAME_BYTES` after encoding get a
-    stable suffix `~` + the first 12 hex digits of the SHA-256 of the exact name (long names
-    are cut first). Lower-case ASCII names without those characters stay as they are.
+    name can spell the encrypted suffix (`db.sops` and `db` keep files of their own). A name
+    that could collide with another on a case-insensitive file system (it holds an upper-case
+    letter), a Windows device name, a name ending in `.` or space, and one longer than
+    `MAX_NAME_BYTES` after encoding get a stable suffix `~` + the first 12 hex digits of the
+    SHA-256 of the exact name (long names are cut first). Lower-case ASCII names without
+    those characters stay as they are.
     """
     if name in ("", ".", ".."):
         return f"_{name}_"
