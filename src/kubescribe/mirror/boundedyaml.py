@@ -68,7 +68,7 @@ def check(
             continue  # its nodes were counted in `total` as they came
         if isinstance(event, yaml.AliasEvent):
             if not aliases:
-                raise RefusedYaml(ALIASES, "YAML aliases are not accepted here")
+                raise RefusedYaml(ALIASES, "YAML aliases are not supported here")
             nodes = anchored.get(event.anchor or "", 1) if expanded else 1
         elif isinstance(event, yaml.ScalarEvent | yaml.CollectionStartEvent):
             nodes = 1
