@@ -58,7 +58,18 @@ def check(
     anchored: dict[str, int] = {}  # expanded size of each anchored node
     total = 0
     for event in yaml.parse(data, Loader=yaml.CSafeLoader):
-        if isinstance(event, yaml.CollectionEndEvent):
+        kind = type(event)  # `is` tests: this loop runs once per scalar of every file read
+        if kind is yaml.ScalarEvent:
+            nodes = 1
+            if event.anchor is not None:
+                anchored[event.anchor] = 1
+        elif kind is yaml.MappingStartEvent or kind is yaml.SequenceStartEvent:
+            if len(open_nodes) >= max_depth:
+                raise RefusedYaml(TOO_DEEP, f"nested deeper than {max_depth} levels")
+            open_nodes.append(0)
+            open_anchors.append(event.anchor)
+            nodes = 1
+        elif kind is yaml.MappingEndEvent or kind is yaml.SequenceEndEvent:
             nodes = open_nodes.pop()
             anchor = open_anchors.pop()
             if anchor is not None:
@@ -66,24 +77,14 @@ def check(
             if open_nodes:
                 open_nodes[-1] += nodes
             continue  # its nodes were counted in `total` as they came
-        if isinstance(event, yaml.AliasEvent):
+        elif kind is yaml.AliasEvent:
             if not aliases:
                 raise RefusedYaml(ALIASES, "YAML aliases are not supported here")
             nodes = anchored.get(event.anchor or "", 1) if expanded else 1
-        elif isinstance(event, yaml.ScalarEvent | yaml.CollectionStartEvent):
-            nodes = 1
         else:
             continue  # stream and document events
         total += nodes
         if total > max_nodes:
             raise RefusedYaml(TOO_MANY_NODES, f"more than {max_nodes} YAML nodes")
-        if isinstance(event, yaml.CollectionStartEvent):
-            if len(open_nodes) >= max_depth:
-                raise RefusedYaml(TOO_DEEP, f"nested deeper than {max_depth} levels")
-            open_nodes.append(1)
-            open_anchors.append(event.anchor)
-            continue
         if open_nodes:
             open_nodes[-1] += nodes
-        if isinstance(event, yaml.ScalarEvent) and event.anchor is not None:
-            anchored[event.anchor] = 1
