@@ -9,7 +9,8 @@ that is too large, too deep, or too big once its aliases are expanded.
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Iterator
+from typing import Any, Final
 
 import yaml
 
@@ -57,7 +58,8 @@ def check(
     open_anchors: list[str | None] = []
     anchored: dict[str, int] = {}  # expanded size of each anchored node
     total = 0
-    for event in yaml.parse(data, Loader=yaml.CSafeLoader):
+    events: Iterator[Any] = yaml.parse(data, Loader=yaml.CSafeLoader)  # node events: `anchor`
+    for event in events:
         kind = type(event)  # `is` tests: this loop runs once per scalar of every file read
         if kind is yaml.ScalarEvent:
             nodes = 1
