@@ -20,6 +20,7 @@ unencrypted value, or adding or removing a null, goes unnoticed by sops and by t
 Keys on the path of an encrypted value are bound to it as AES-GCM additional data.
 """
 
+import functools
 import hashlib
 import hmac
 import os
@@ -479,18 +480,21 @@ def _unchanged(
     meta = prev.meta
     if not meta.flat or meta.other_keys or meta.mac_only_encrypted or meta.rule != rule:
         return False
-    if sorted(meta.groups[0]) != sorted(_stanzas(prev.key, recipients)):
-        return False  # a stanza the data key does not make: swapped, or of another version
-    return _typed_view(prev.tree) == _typed_view(plain)
+    if _typed_view(prev.tree) != _typed_view(plain):
+        return False
+    # A stanza the data key does not make: swapped by a repo writer, or of an earlier version.
+    return sorted(meta.groups[0]) == sorted((r, _stanza(prev.key, r)) for r in recipients)
 
 
-def _stanzas(key: bytes, recipients: list[str]) -> list[tuple[str, str]]:
-    """Each recipient's stanza of the data key, the same bytes every time (see the module)."""
-    return [(r, age.wrap_seeded(key, r, key)) for r in recipients]
+@functools.lru_cache(maxsize=4096)
+def _stanza(key: bytes, recipient: str) -> str:
+    """The recipient's stanza of the data key, the same bytes every time (see the module).
+    Remembered: it costs two X25519 operations, and a snapshot renders every document."""
+    return age.wrap_seeded(key, recipient, key)
 
 
 def _age_entries(key: bytes, recipients: list[str]) -> list[dict[str, str]]:
-    return [{"recipient": r, "enc": enc} for r, enc in _stanzas(key, recipients)]
+    return [{"recipient": r, "enc": _stanza(key, r)} for r in recipients]
 
 
 def _check_readback(text: str, expected: dict[str, Any]) -> None:
