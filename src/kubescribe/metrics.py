@@ -35,6 +35,20 @@ DUPLICATES = Gauge(
     ["target"],
     registry=REGISTRY,
 )
+OVERSIZED = Gauge(
+    "kubescribe_oversized_files",
+    "Files in a target folder too large to read (over 4 MiB, or over 250,000 YAML nodes);"
+    " left alone and never parsed.",
+    ["target"],
+    registry=REGISTRY,
+)
+REFUSED_FILES = Counter(
+    "kubescribe_refused_files_total",
+    "Files from Git refused before parsing, by reason (too_large, too_many_nodes, too_deep,"
+    " aliases).",
+    ["reason"],
+    registry=REGISTRY,
+)
 WATCH_RESTARTS = Counter(
     "kubescribe_watch_restarts_total",
     "Watch streams restarted, by reason (timeout, dead, error, gone).",

@@ -96,6 +96,7 @@ SECRET_UNAVAILABLE: Final = "SecretUnavailable"
 INVALID_KEY: Final = "InvalidKey"
 INVALID_SENSITIVE_TYPE: Final = "InvalidSensitiveType"
 DUPLICATE_IDENTITY: Final = "DuplicateIdentity"  # a second document of one object
+FILE_TOO_LARGE: Final = "FileTooLarge"  # a file in the folder too large to read (left alone)
 PATH_CONFLICT: Final = "PathConflict"
 RENDER_FAILED: Final = "RenderFailed"
 KUSTOMIZE_UNSUPPORTED: Final = "KustomizeUnsupported"
