@@ -19,6 +19,7 @@ def test_helm_lint_passes(tools: ClusterTools) -> None:
         ["--set=rbac.watch=selected", "--set=replicas=2"],
         ["--set=audit.enabled=true", "--set=admission.enabled=true"],
         ["--set=admission.enabled=true", "--set=certificates.source=cert-manager"],
+        ["--set=tenantServiceAccount=kubescribe-reader"],
     ):
         done = subprocess.run(
             [str(tools.helm), "lint", "--strict", str(CHART), *values],
@@ -45,3 +46,24 @@ def test_no_secret_is_readable_cluster_wide_in_the_plain_manifests() -> None:
             if bound_cluster_wide and core:
                 assert "secrets" not in rule["resources"], rule
                 assert "*" not in rule["resources"], rule
+
+
+def test_subject_access_reviews_are_granted_only_with_a_tenant_service_account(
+    tools: ClusterTools,
+) -> None:
+    def grants_reviews(*values: str) -> bool:
+        done = subprocess.run(
+            [str(tools.helm), "template", "kubescribe", str(CHART), *values],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        role = next(
+            d
+            for d in yaml.safe_load_all(done.stdout)
+            if d and d["kind"] == "ClusterRole" and d["metadata"]["name"] == "kubescribe"
+        )
+        return any("subjectaccessreviews" in r["resources"] for r in role["rules"])
+
+    assert not grants_reviews()
+    assert grants_reviews("--set=tenantServiceAccount=kubescribe-reader")
