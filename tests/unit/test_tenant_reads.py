@@ -78,3 +78,13 @@ def test_every_type_allowed_reads_authorized() -> None:
     [cond] = [d for d in rule_conditions(r, target_writable=True) if d.type == c.READ_AUTHORIZED]
     assert (cond.status, cond.reason) == ("True", c.READ_AUTHORIZED)
     assert len(plan.streams) == 3
+
+
+def test_several_refused_types_are_counted_once_each() -> None:
+    plan = plan_with(TenantReads("reader", {CMS: False, DEPLOYS: False, SOURCE_CMS: True}))
+    problem = plan.rules[("WatchRule", ("ns", "r"))].read_problem
+    assert problem is not None
+    assert problem.message.endswith(
+        "core/v1/configmaps in namespace 'ns' (and 1 more): not mirrored"
+    )
+    assert streams(plan) == {("src", "configmaps")}

@@ -196,11 +196,11 @@ class TenantReads:
     service_account: str
     answers: Mapping[ReadQuestion, bool] = field(default_factory=dict)
 
-    def refusal(self, refused: list[tuple[ReadQuestion, str]]) -> Problem | None:
-        """RuleNotAuthorized for the (question, type) pairs refused, naming the first."""
+    def refusal(self, refused: Mapping[ReadQuestion, str]) -> Problem | None:
+        """RuleNotAuthorized for the questions refused (-> the type's name), naming the first."""
         if not refused:
             return None
-        (question, gvr), more = refused[0], len(refused) - 1
+        (question, gvr), more = next(iter(refused.items())), len(refused) - 1
         who = f"ServiceAccount {self.service_account!r} of namespace {question.reader!r}"
         what = f"{gvr} in namespace {question.source!r}"
         if question in self.answers:
@@ -494,7 +494,7 @@ def compile_plan(
         sources: set[str] = set()
         refused: list[Problem] = []
         checked = reads if namespaced and not cluster else None
-        not_readable: list[tuple[ReadQuestion, str]] = []
+        not_readable: dict[ReadQuestion, str] = {}
         for rule in spec.rules:
             namespace = (getattr(rule, "source_namespace", None) or key[0]) if namespaced else ""
             if namespaced and not cluster:  # a ClusterProvider's grant covers its cluster
@@ -529,7 +529,7 @@ def compile_plan(
                     )
                     plan.read_questions.add(question)
                     if not checked.answers.get(question, False):
-                        not_readable.append((question, item.rtype.gvr))
+                        not_readable[question] = item.rtype.gvr
                         continue
                 spec_ = StreamSpec(
                     target_key, item.rtype, namespace, (selector,), frozenset(), cluster, route
