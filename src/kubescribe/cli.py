@@ -326,6 +326,14 @@ def _certificate_options(command: Callable[..., None]) -> Callable[..., None]:
     "the Namespaces grant (and do not watch Namespaces).",
 )
 @click.option(
+    "--tenant-service-account",
+    default="",
+    metavar="NAME",
+    help="A WatchRule mirrors only the types that the ServiceAccount NAME of its own namespace "
+    "may list and watch (checked with SubjectAccessReviews); others are RuleNotAuthorized. "
+    "'' (default) lends the operator's own read access to every WatchRule.",
+)
+@click.option(
     "--allow-insecure-cluster-tls",
     is_flag=True,
     help="Accept ClusterProvider kubeconfigs with insecure-skip-tls-verify or an http:// server.",
@@ -372,6 +380,7 @@ def run(
     deny_private_networks: bool,
     probe_interval: float,
     no_cross_namespace_sources: bool,
+    tenant_service_account: str,
     allow_insecure_cluster_tls: bool,
     replica_id: str,
     lease_namespace: str,
@@ -440,6 +449,7 @@ def run(
         allow_file_urls=allow_file_urls,
         probe_interval=probe_interval,
         cross_namespace_sources=not no_cross_namespace_sources,
+        tenant_service_account=tenant_service_account,
         allow_insecure_cluster_tls=allow_insecure_cluster_tls,
         kustomize=kustomize_binary or shutil.which("kustomize"),
         cache_quota=quota,

@@ -237,6 +237,13 @@ REDIS_REJECTED = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+TENANT_READ_REVIEWS = Counter(
+    "kubescribe_tenant_read_reviews_total",
+    "SubjectAccessReviews of a tenant ServiceAccount's reads (--tenant-service-account), by "
+    "result (allowed, denied, failed).",
+    ["result"],
+    registry=REGISTRY,
+)
 CURSOR_SAVES = Counter(
     "kubescribe_cursor_saves_total",
     "Resume cursors saved after a push, by result (ok, error).",

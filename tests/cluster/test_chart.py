@@ -20,6 +20,7 @@ def test_helm_lint_passes(tools: ClusterTools) -> None:
         ["--set=audit.enabled=true", "--set=admission.enabled=true"],
         ["--set=admission.enabled=true", "--set=certificates.source=cert-manager"],
         ["--set=redis.url=rediss://redis:6380/0", "--set=redis.existingSecret=r"],
+        ["--set=tenantServiceAccount=kubescribe-reader"],
     ):
         done = subprocess.run(
             [str(tools.helm), "lint", "--strict", str(CHART), *values],
@@ -100,3 +101,24 @@ def test_redis_without_a_signing_key_secret_or_with_a_password_in_the_url_is_ref
         tools, "--set=redis.url=redis://kubescribe@redis:6379/0", "--set=redis.existingSecret=s"
     )
     assert user_only.returncode == 0, user_only.stderr
+
+
+def test_subject_access_reviews_are_granted_only_with_a_tenant_service_account(
+    tools: ClusterTools,
+) -> None:
+    def grants_reviews(*values: str) -> bool:
+        done = subprocess.run(
+            [str(tools.helm), "template", "kubescribe", str(CHART), *values],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        role = next(
+            d
+            for d in yaml.safe_load_all(done.stdout)
+            if d and d["kind"] == "ClusterRole" and d["metadata"]["name"] == "kubescribe"
+        )
+        return any("subjectaccessreviews" in r["resources"] for r in role["rules"])
+
+    assert not grants_reviews()
+    assert grants_reviews("--set=tenantServiceAccount=kubescribe-reader")

@@ -30,6 +30,7 @@ PUSHED: Final = "Pushed"
 DOCUMENTS_WRITTEN: Final = "DocumentsWritten"
 ENCRYPTION_CONFIGURED: Final = "EncryptionConfigured"
 SOURCE_NAMESPACE_AUTHORIZED: Final = "SourceNamespaceAuthorized"
+READ_AUTHORIZED: Final = "ReadAuthorized"  # WatchRule, with --tenant-service-account
 SOURCE_CLUSTER_REACHABLE: Final = "SourceClusterReachable"
 AUTHORS_ATTRIBUTED: Final = "AuthorsAttributed"
 RENDER_MATCHES_LIVE: Final = "RenderMatchesLive"
@@ -50,6 +51,7 @@ CONDITION_TYPES: Final = frozenset(
         DOCUMENTS_WRITTEN,
         ENCRYPTION_CONFIGURED,
         SOURCE_NAMESPACE_AUTHORIZED,
+        READ_AUTHORIZED,
         SOURCE_CLUSTER_REACHABLE,
         AUTHORS_ATTRIBUTED,
         RENDER_MATCHES_LIVE,
@@ -88,6 +90,7 @@ NAMESPACES_NOT_SUPPORTED: Final = "NamespacesNotSupported"
 WATCH_FORBIDDEN: Final = "WatchForbidden"
 SOURCE_NAMESPACE_NOT_AUTHORIZED: Final = "SourceNamespaceNotAuthorized"
 CROSS_NAMESPACE_SOURCES_DISABLED: Final = "CrossNamespaceSourcesDisabled"
+RULE_NOT_AUTHORIZED: Final = "RuleNotAuthorized"
 # reasons: encryption (controller/encryption.py) and documents refused by the build
 ENCRYPTION_MISSING: Final = "EncryptionMissing"
 ENCRYPTION_FAILED: Final = "EncryptionFailed"
@@ -173,6 +176,7 @@ STALLED_REASONS: Final = frozenset(
         SIGNING_KEY_INVALID,
         SOURCE_NAMESPACE_NOT_AUTHORIZED,
         CROSS_NAMESPACE_SOURCES_DISABLED,
+        RULE_NOT_AUTHORIZED,
         CLUSTER_PROVIDER_NOT_FOUND,
         CLUSTER_NOT_ALLOWED,
         CLUSTER_CONFLICT,
