@@ -8,9 +8,10 @@ through; constructs the operator does not invert (generators, components, patche
 object, remote bases, Helm charts, other transformers) are reported, never guessed at.
 
 Comments and key order of a kustomization survive edits (ruamel.yaml round-trip). A file is
-read within bounds (size, nesting, no aliases of collections; a tree of limited depth and size) and
-no resource of the target's folder may name a file outside it: a kustomization written by
-whoever writes the repository decides neither the operator's memory nor another folder.
+read within bounds (size, nesting, no aliases, checked by `boundedyaml`; a tree of limited depth
+and size), and no resource of the target's folder may name a file outside it: a kustomization
+written by whoever writes the repository decides neither the operator's memory nor another
+folder.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
 
+from kubescribe.mirror import boundedyaml
 from kubescribe.mirror.identity import Identity
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
@@ -116,7 +119,7 @@ _TAG = re.compile(r"(@sha256)?(:[a-zA-Z0-9_.{}-]*)?")
 
 # Bounds of what is read: kustomizations are small, shallow files in a shallow tree.
 MAX_BYTES = 1024 * 1024
-MAX_NESTING = 64
+MAX_NESTING = 64  # nested maps and lists
 MAX_BASES_DEPTH = 32
 MAX_KUSTOMIZATIONS = 512
 MAX_TREE_BYTES = 4 * MAX_BYTES  # all the kustomizations of a tree together
@@ -126,42 +129,15 @@ class KustomizeError(ValueError):
     """A kustomization that cannot be read (not YAML, not a mapping, past a bound)."""
 
 
-def _within_bounds(path: str, data: Any) -> None:
-    """Refuse a parsed file nested past the bound, or sharing a node (a YAML alias: walking
-    it would expand it). Walked with an explicit stack, each node once."""
-    seen: set[int] = set()
-    stack: list[tuple[Any, int]] = [(data, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if not isinstance(node, (Mapping, list)):
-            continue
-        if depth >= MAX_NESTING:
-            raise KustomizeError(f"{path}: nested deeper than {MAX_NESTING} levels")
-        if id(node) in seen:
-            raise KustomizeError(f"{path}: YAML aliases are not read")
-        seen.add(id(node))
-        values = node.values() if isinstance(node, Mapping) else node
-        stack.extend((value, depth + 1) for value in values)
-
-
-_BRACKETS = re.compile(r"[\[\]{}]")
-
-
-def _load_bounded(path: str, text: str, load: Callable[[str], Any]) -> Any:
-    """What `load` parses from `text`, within the bounds (a document too deep for the
-    parser's recursion is past them too). Flow nesting is bounded before parsing: the
-    scanner's cost grows with the square of it. Brackets in quoted strings count too."""
-    depth = 0
-    for bracket in _BRACKETS.finditer(text):
-        depth = depth + 1 if bracket.group() in "[{" else max(depth - 1, 0)
-        if depth > MAX_NESTING:
-            raise KustomizeError(f"{path}: nested deeper than {MAX_NESTING} levels")
+def _within_bounds(path: str, text: str | bytes) -> None:
+    """Refuse a file past the size or nesting bound, or with aliases, on the parser's events
+    (`boundedyaml`), before it is composed: composing recurses as deep as the text nests."""
     try:
-        data = load(text)
-    except RecursionError as exc:
-        raise KustomizeError(f"{path}: nested deeper than {MAX_NESTING} levels") from exc
-    _within_bounds(path, data)
-    return data
+        boundedyaml.check(text, max_bytes=MAX_BYTES, max_depth=MAX_NESTING, aliases=False)
+    except boundedyaml.RefusedYaml as exc:
+        raise KustomizeError(f"{path}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise KustomizeError(f"{path}: {exc}") from exc
 
 
 def _yaml() -> YAML:
@@ -215,9 +191,10 @@ class Kustomization:
     def parse(cls, path: str, raw: bytes) -> Kustomization:
         if len(raw) > MAX_BYTES:
             raise KustomizeError(f"{path}: larger than {MAX_BYTES} bytes")
+        _within_bounds(path, raw)
         try:
             text = raw.decode()
-            data = _load_bounded(path, text, _yaml().load)
+            data = _yaml().load(text)
         except (YAMLError, UnicodeDecodeError) as exc:
             raise KustomizeError(f"{path}: {exc}") from exc
         if data is None:
@@ -351,14 +328,11 @@ def _patches_of(
 
 def _patch_documents(text: str | bytes | None) -> list[tuple[str | None, str | None]]:
     """(kind, name) of each document of a strategic-merge patch; (None, None) if unknown."""
-    if text is None or len(text) > MAX_BYTES:
+    if text is None:
         return [(None, None)]
     try:
-        text = text.decode() if isinstance(text, bytes) else text
-        loaded = _load_bounded(
-            "patch", text, lambda t: list(YAML(typ="safe", pure=True).load_all(t))
-        )
-        docs = [d for d in loaded if d is not None]
+        _within_bounds("patch", text if isinstance(text, bytes) else str(text))
+        docs = [d for d in YAML(typ="safe", pure=True).load_all(text) if d is not None]
     except (YAMLError, UnicodeDecodeError, ValueError):
         return [(None, None)]
     out: list[tuple[str | None, str | None]] = []
