@@ -134,9 +134,7 @@ def _within_bounds(path: str, text: str | bytes) -> None:
     (`boundedyaml`), before it is composed: composing recurses as deep as the text nests."""
     try:
         boundedyaml.check(text, max_bytes=MAX_BYTES, max_depth=MAX_NESTING, aliases=False)
-    except boundedyaml.RefusedYaml as exc:
-        raise KustomizeError(f"{path}: {exc}") from exc
-    except yaml.YAMLError as exc:
+    except (boundedyaml.RefusedYaml, yaml.YAMLError) as exc:
         raise KustomizeError(f"{path}: {exc}") from exc
 
 
@@ -189,8 +187,6 @@ class Kustomization:
 
     @classmethod
     def parse(cls, path: str, raw: bytes) -> Kustomization:
-        if len(raw) > MAX_BYTES:
-            raise KustomizeError(f"{path}: larger than {MAX_BYTES} bytes")
         _within_bounds(path, raw)
         try:
             text = raw.decode()
@@ -397,7 +393,6 @@ class Tree:
     # (kind, name) each patch of a kustomization hits (None: any), and how to name it.
     patches: dict[str, list[tuple[str | None, str | None, str]]] = field(default_factory=dict)
     patch_files: set[str] = field(default_factory=set)  # they look like objects, but are not
-
     folder: str = ""  # the target's folder: no resource is read or edited outside it
     size: int = 0  # bytes of the kustomizations read
 
