@@ -121,3 +121,29 @@ def test_copy_is_independent(repo: pygit2.Repository) -> None:
     copy.remove(Identity("", "ConfigMap", "ns", "a"))
     assert len(copy) == 0
     assert len(index) == 1
+
+
+def deep_tree(repo: pygit2.Repository, depth: int, leaf: dict[str, bytes]) -> pygit2.Oid:
+    """A root tree whose `target` folder nests `depth` folders above the files of `leaf`."""
+    builder = repo.TreeBuilder()
+    for name, data in leaf.items():
+        builder.insert(name, repo.create_blob(data), pygit2.enums.FileMode.BLOB)
+    tree = builder.write()
+    for _ in range(depth):
+        parent = repo.TreeBuilder()
+        parent.insert("d", tree, pygit2.enums.FileMode.TREE)
+        tree = parent.write()
+    root = repo.TreeBuilder()
+    root.insert("target", tree, pygit2.enums.FileMode.TREE)
+    return root.write()
+
+
+def test_a_folder_nested_thousands_deep_is_indexed_not_a_recursion_error(
+    repo: pygit2.Repository,
+) -> None:
+    depth = 3000  # far past Python's recursion limit: anyone who can push can make one
+    index = TargetIndex.build(repo, deep_tree(repo, depth, {"a.yaml": doc("a")}), "target")
+    path = "target/" + "d/" * depth + "a.yaml"
+    entry = index.get(Identity("", "ConfigMap", "ns", "a"))
+    assert entry is not None
+    assert entry.path == path

@@ -203,3 +203,27 @@ def test_a_long_run_rewrites_each_object_a_few_times_and_keeps_few_packs() -> No
         tidy_at = max(PACK_LIMIT, len(packs) + 1)
     assert most <= 12
     assert rewritten < 12 * written  # logarithmic: merging into one pack each time is quadratic
+
+
+def test_a_tree_nested_thousands_deep_is_tidied(tmp_path: Path) -> None:
+    repo = pygit2.init_repository(str(tmp_path / "c.git"), bare=True)
+    pending = PendingObjects(repo)
+    tree = repo.TreeBuilder()
+    tree.insert("a.yaml", repo.create_blob(b"deep"), FileMode.BLOB)
+    oid = tree.write()
+    for _ in range(3000):  # far past Python's recursion limit: a fetched tree can nest so
+        parent = repo.TreeBuilder()
+        parent.insert("d", oid, FileMode.TREE)
+        oid = parent.write()
+    tip = repo.create_commit(None, SIG, SIG, "deep", oid, [])
+    garbage = repo.create_blob(b"from a build that was thrown away")
+    pending.flush()
+    repo.references.create("refs/remotes/origin/main", tip)
+
+    assert repack(repo).kind == "repack"
+    repo = pygit2.Repository(repo.path)
+    assert garbage not in repo.odb
+    blob = repo[tip].peel(pygit2.Tree)["/".join(["d"] * 3000 + ["a.yaml"])]
+    assert isinstance(blob, pygit2.Blob)
+    assert blob.data == b"deep"
+    fsck(repo)

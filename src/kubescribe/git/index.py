@@ -143,47 +143,63 @@ class TargetIndex:
         known: dict[pygit2.Oid, Held],
         translate: Callable[[str, Identity], Identity | None] | None = None,
     ) -> None:
+        """Index every YAML file under `tree`, depth first in tree order. A stack, not
+        recursion: whoever can push can nest folders thousands deep."""
         assert isinstance(tree, pygit2.Tree)
-        for entry in tree:
+        stack: list[tuple[str, Iterator[pygit2.Object]]] = [(prefix, iter(tree))]
+        while stack:
+            folder, entries = stack[-1]
+            entry = next(entries, None)
+            if entry is None:
+                stack.pop()
+                continue
             name = entry.name
             assert name is not None
             if entry.filemode == FileMode.TREE:
-                self._walk(repo, repo[entry.id], f"{prefix}{name}/", known, translate)
-                continue
-            if entry.filemode not in _BLOB_MODES or not name.endswith(YAML_SUFFIXES):
-                continue
-            oid = entry.id
-            path = prefix + name
-            if oid in known:
-                held = known[oid]
-            else:
-                read = self._oversized_blobs.get(oid) or self._read(repo, oid)
-                if isinstance(read, str):  # too large to read: why
-                    self._oversized_blobs[oid] = read
-                    self.oversized.append((path, read))
-                    self._by_path[path] = None  # nothing is written over it
-                    continue
-                held = read
-            self._blob_ids[oid] = held
-            if isinstance(held, tuple):
-                self._by_path[path] = None  # nothing else is written over it
-                for found in held:
-                    known_as = found
-                    if found is not None and translate is not None:
-                        known_as = translate(path, found)
-                    if known_as is not None:
-                        self._add(known_as, Entry(path, oid, multi=True, held=found))
-                continue
-            identity = held
-            if identity is not None and translate is not None:
-                identity = translate(path, identity)
-            if identity is None:
-                self._unidentified.add(oid)
-                self._by_path[path] = None
-            elif self._add(identity, Entry(path, oid)):
-                self._by_path[path] = identity
-            else:
-                self._by_path[path] = None
+                subtree = repo[entry.id]
+                assert isinstance(subtree, pygit2.Tree)
+                stack.append((f"{folder}{name}/", iter(subtree)))
+            elif entry.filemode in _BLOB_MODES and name.endswith(YAML_SUFFIXES):
+                self._index_file(repo, entry.id, folder + name, known, translate)
+
+    def _index_file(
+        self,
+        repo: pygit2.Repository,
+        oid: pygit2.Oid,
+        path: str,
+        known: dict[pygit2.Oid, Held],
+        translate: Callable[[str, Identity], Identity | None] | None,
+    ) -> None:
+        if oid in known:
+            held = known[oid]
+        else:
+            read = self._oversized_blobs.get(oid) or self._read(repo, oid)
+            if isinstance(read, str):  # too large to read: why
+                self._oversized_blobs[oid] = read
+                self.oversized.append((path, read))
+                self._by_path[path] = None  # nothing is written over it
+                return
+            held = read
+        self._blob_ids[oid] = held
+        if isinstance(held, tuple):
+            self._by_path[path] = None  # nothing else is written over it
+            for found in held:
+                known_as = found
+                if found is not None and translate is not None:
+                    known_as = translate(path, found)
+                if known_as is not None:
+                    self._add(known_as, Entry(path, oid, multi=True, held=found))
+            return
+        identity = held
+        if identity is not None and translate is not None:
+            identity = translate(path, identity)
+        if identity is None:
+            self._unidentified.add(oid)
+            self._by_path[path] = None
+        elif self._add(identity, Entry(path, oid)):
+            self._by_path[path] = identity
+        else:
+            self._by_path[path] = None
 
     def _read(self, repo: pygit2.Repository, oid: pygit2.Oid) -> Held | str:
         """What a blob holds, or why it is too large to read (its size is checked before

@@ -204,18 +204,31 @@ def _reachable(repo: pygit2.Repository) -> Iterator[pygit2.Oid]:
 
 
 def _tree(repo: pygit2.Repository, oid: pygit2.Oid, seen: set[pygit2.Oid]) -> Iterator[pygit2.Oid]:
+    """Every object reachable from tree `oid` not yet `seen`, depth first in tree order. A
+    stack, not recursion: a fetched tree may nest folders thousands deep."""
     if oid in seen:
         return
     seen.add(oid)
     yield oid
-    tree = repo[oid]
-    assert isinstance(tree, pygit2.Tree)
-    for entry in tree:
-        if entry.filemode == FileMode.TREE:
-            yield from _tree(repo, entry.id, seen)
+    stack: list[Iterator[pygit2.Object]] = [iter(_as_tree(repo, oid))]
+    while stack:
+        entry = next(stack[-1], None)
+        if entry is None:
+            stack.pop()
+        elif entry.filemode == FileMode.TREE:
+            if entry.id not in seen:
+                seen.add(entry.id)
+                yield entry.id
+                stack.append(iter(_as_tree(repo, entry.id)))
         elif entry.filemode != FileMode.COMMIT and entry.id not in seen:  # not a submodule
             seen.add(entry.id)
             yield entry.id
+
+
+def _as_tree(repo: pygit2.Repository, oid: pygit2.Oid) -> pygit2.Tree:
+    tree = repo[oid]
+    assert isinstance(tree, pygit2.Tree)
+    return tree
 
 
 def _main(argv: list[str]) -> None:
