@@ -28,10 +28,10 @@ from kubescribe.controller.snapshot import (
 from kubescribe.controller.webhookcerts import CA_VALIDITY, CERT_VALIDITY, CertificateOptions
 from kubescribe.git.repo import limit_libgit2_memory
 from kubescribe.git.targets import Committer
-from kubescribe.git.urlpolicy import NetworkPolicy, set_network_policy
 from kubescribe.kube.client import KubeClient
 from kubescribe.kube.discovery import Discovered
 from kubescribe.mirror.owned import Content
+from kubescribe.net.addresses import NetworkPolicy, set_network_policy
 from kubescribe.server.admission import DEFAULT_CLIENT
 from kubescribe.server.attribution import MAX_AUDIT_BODY, AttributionOptions
 from kubescribe.server.audit import DEFAULT_MAX_BODY, DEFAULT_MAX_EVENTS

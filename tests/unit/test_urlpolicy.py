@@ -9,15 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from kubescribe import cli
-from kubescribe.git.urlpolicy import (
-    NetworkPolicy,
-    UrlRefusal,
-    UrlRefused,
-    check_transfer,
-    check_url,
-    network_policy,
-    set_network_policy,
-)
+from kubescribe.git.urlpolicy import UrlRefusal, UrlRefused, check_transfer, check_url
+from kubescribe.net.addresses import NetworkPolicy, network_policy, set_network_policy
 
 
 @pytest.mark.parametrize(

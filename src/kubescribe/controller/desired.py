@@ -25,7 +25,6 @@ from kubescribe.api.models import (
     WatchRuleSpec,
 )
 from kubescribe.controller.streams import StreamSpec, merge_operations
-from kubescribe.git.repo import normalize_url
 from kubescribe.git.urlpolicy import UrlRefused, check_url
 from kubescribe.kube.discovery import Discovered
 from kubescribe.mirror import messages
@@ -41,6 +40,7 @@ from kubescribe.mirror.layout import paths_overlap as overlap
 from kubescribe.mirror.noise import NoisePolicy
 from kubescribe.mirror.owned import FULL, Content, KeepField
 from kubescribe.mirror.window import parse_duration
+from kubescribe.net.urls import normalize
 
 ObjKey = tuple[str, str]  # (namespace, name); namespace '' for cluster-scoped objects
 
@@ -219,7 +219,7 @@ def plan_provider(obj: Mapping[str, Any], *, allow_file_urls: bool = False) -> P
     except UrlRefused as refused:  # its message never repeats credentials found in the URL
         problem = Problem(c.URL_REFUSED, f"spec.url: {refused.message} ({refused.reason})")
         return ProviderPlan(key, gen, spec, problem=problem)
-    return ProviderPlan(key, gen, spec, normalized_url=normalize_url(spec.url))
+    return ProviderPlan(key, gen, spec, normalized_url=normalize(spec.url))
 
 
 def plan_cluster(obj: Mapping[str, Any]) -> ClusterPlan:
