@@ -88,6 +88,7 @@ NAMESPACES_NOT_SUPPORTED: Final = "NamespacesNotSupported"
 WATCH_FORBIDDEN: Final = "WatchForbidden"
 SOURCE_NAMESPACE_NOT_AUTHORIZED: Final = "SourceNamespaceNotAuthorized"
 CROSS_NAMESPACE_SOURCES_DISABLED: Final = "CrossNamespaceSourcesDisabled"
+SPEC_NOT_EVALUATED: Final = "SpecNotEvaluated"  # evaluating the spec raised (a bug, logged)
 # reasons: encryption (controller/encryption.py) and documents refused by the build
 ENCRYPTION_MISSING: Final = "EncryptionMissing"
 ENCRYPTION_FAILED: Final = "EncryptionFailed"
@@ -131,6 +132,7 @@ CLUSTER_CONFLICT: Final = "ClusterConflict"
 CLUSTER_UNREACHABLE: Final = "ClusterUnreachable"
 KUBECONFIG_NOT_FOUND: Final = "KubeconfigNotFound"
 KUBECONFIG_REFUSED: Final = "KubeconfigRefused"
+CLUSTER_ADDRESS_REFUSED: Final = "ClusterAddressRefused"  # the address policy, as for Git URLs
 # reasons: the operator's webhook certificates (logs and kubescribe_webhook_certificate_errors)
 SECRET_FORBIDDEN: Final = "SecretForbidden"
 SECRET_INVALID: Final = "SecretInvalid"
@@ -175,7 +177,9 @@ STALLED_REASONS: Final = frozenset(
         CLUSTER_NOT_ALLOWED,
         CLUSTER_CONFLICT,
         KUBECONFIG_REFUSED,
+        CLUSTER_ADDRESS_REFUSED,
         KUSTOMIZE_UNSUPPORTED,
+        SPEC_NOT_EVALUATED,
     }
 )
 """Reasons that need a change by a user: a False condition with one makes the object Stalled."""
