@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kubescribe.git.transport.callbacks import _endpoint
 from kubescribe.git.urlpolicy import check_url
 from kubescribe.net.addresses import NetworkPolicy, literal_address, refusal
 from kubescribe.net.urls import Form, RemoteUrl, UrlSyntaxError, normalize, parse
@@ -68,7 +69,13 @@ def test_parse(url: str, expected: RemoteUrl) -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["git@[not-an-address]:repo", "[]:repo", "https://[evil.example]/r", "https://h:99999/r"],
+    [
+        "git@[not-an-address]:repo",
+        "[]:repo",
+        "https://[evil.example]/r",
+        "https://h:99999/r",
+        "a@b@169.254.169.254:repo",
+    ],
 )
 def test_what_does_not_parse_is_a_syntax_error(url: str) -> None:
     with pytest.raises(UrlSyntaxError):
@@ -80,6 +87,22 @@ def test_the_ipv6_scp_form_passes_the_policy_and_has_a_key() -> None:
     url = "git@[2001:db8::1]:org/repo.git"
     check_url(url)
     assert normalize(url) == normalize("ssh://git@[2001:db8::1]/org/repo")
+
+
+@pytest.mark.parametrize(
+    ("url", "endpoint"),
+    [
+        ("git@[2001:db8::1]:org/repo.git", ("ssh", "git", "2001:db8::1", 22)),
+        ("git@host:org/a@b.git", ("ssh", "git", "host", 22)),
+        ("git+ssh://git@Host:2222/r", ("ssh", "git", "host", 2222)),
+        ("https://host/r", ("https", None, "host", 443)),
+    ],
+)
+def test_the_transport_checks_the_host_the_policy_checked(
+    url: str, endpoint: tuple[str, str | None, str, int]
+) -> None:
+    """Host keys and certificates are matched against the host of the same grammar."""
+    assert _endpoint(url) == endpoint
 
 
 def test_bracketed_link_local_scp_host_is_refused() -> None:

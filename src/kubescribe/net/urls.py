@@ -15,8 +15,9 @@ from enum import StrEnum
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+# The user runs to the last `@` before the host, as ssh reads it; one holding `@` is refused.
 _SCP_LIKE = re.compile(
-    r"^(?:(?P<user>[^@/:\[\]]+)@)?(?P<host>\[[^\]/]*\]|[^/:\[\]]+):(?P<path>.*)$", re.DOTALL
+    r"^(?:(?P<user>[^/:\[\]]+)@)?(?P<host>\[[^\]/]*\]|[^/:\[\]@]+):(?P<path>.*)$", re.DOTALL
 )
 # `user:password@host:path`: the scp-like grammar reads `user` as the host; Git itself would
 # read everything before the last `@` as the user name.
@@ -60,6 +61,8 @@ def parse(url: str) -> RemoteUrl:
     if url.startswith(("/", ".", "~")) or (scp := _SCP_LIKE.match(url)) is None:
         return RemoteUrl(Form.LOCAL, "file", path=url)
     host = scp["host"]
+    if scp["user"] is not None and "@" in scp["user"]:
+        raise UrlSyntaxError("more than one `@` before the host: which is the host is unclear")
     if host.startswith("["):
         host = host[1:-1]
         if _ipv6(host) is None:
