@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote
+from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.operator import OperatorProcess
 from kubescribe.git.targets import TargetConfig, WriteReport
 from kubescribe.git.worker import BranchWorker
@@ -116,6 +117,19 @@ def wait_ready(cp: ControlPlane, ns: str, name: str = "mirror", timeout: float =
         timeout=timeout,
         what=f"GitTarget {name} Ready",
     )
+
+
+def commit_noise(remote: BareRemote, size: int, name: str = "noise.bin") -> None:
+    """Commit a file of `size` incompressible bytes to the remote's branch."""
+    path = remote.path / name
+    path.write_bytes(os.urandom(size))
+    blob = git("hash-object", "-w", str(path), cwd=remote.path).strip()
+    path.unlink()
+    tree = git("mktree", cwd=remote.path, input=f"100644 blob {blob}\t{name}\n").strip()
+    parent = remote.tip()
+    assert parent is not None
+    commit = git("commit-tree", tree, "-p", parent, "-m", "Add noise", cwd=remote.path).strip()
+    git("update-ref", f"refs/heads/{remote.branch}", commit, cwd=remote.path)
 
 
 def metric(op: Operator, name: str, labels: str = "") -> float:

@@ -84,8 +84,10 @@ async def run_operator(
     allow_file_urls: bool = False,
     probe_interval: float = 300.0,
     cross_namespace_sources: bool = True,
+    tenant_service_account: str = "",
     allow_insecure_cluster_tls: bool = False,
     kustomize: str | None = None,
+    cache_quota: int = 0,
     sharing: Sharing | None = None,
     attribution_options: AttributionOptions | None = None,
     certificates: CertificateOptions | None = None,
@@ -112,8 +114,10 @@ async def run_operator(
         allow_file_urls=allow_file_urls,
         probe_interval=probe_interval,
         cross_namespace_sources=cross_namespace_sources,
+        tenant_service_account=tenant_service_account,
         allow_insecure_cluster_tls=allow_insecure_cluster_tls,
         kustomize=kustomize,
+        cache_quota=cache_quota,
         replica_id=sharing.replica_id,
         lease_namespace=sharing.lease_namespace,
         lease_duration=sharing.lease_duration,
@@ -124,12 +128,11 @@ async def run_operator(
     elif options.changes_webhook_url and options.changes_webhook_ca:
         pem = options.changes_webhook_ca.read_bytes()
         settings.changes_webhook = (options.changes_webhook_url, lambda: pem)
-    redis_url = options.redis_url
-    if redis_url:
+    if options.redis is not None:
         # Imported only when configured, like the fact store: redis-py costs about 20 MB.
         from kubescribe.store.redis_cursors import RedisCursorStore  # noqa: PLC0415
 
-        settings.cursors = RedisCursorStore(redis_url)
+        settings.cursors = RedisCursorStore(options.redis)
     settings.resolver, settings.request_authors = att.resolver, att.requests
     settings.attribution_sources = att.sources
     manager = Manager(client, settings)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import os
 import shutil
 import signal
 from collections.abc import Callable, Coroutine
@@ -26,6 +27,7 @@ from kubescribe.controller.snapshot import (
     select_types,
 )
 from kubescribe.controller.webhookcerts import CA_VALIDITY, CERT_VALIDITY, CertificateOptions
+from kubescribe.git.quota import parse_size
 from kubescribe.git.repo import limit_libgit2_memory
 from kubescribe.git.targets import Committer
 from kubescribe.kube.client import KubeClient
@@ -35,6 +37,13 @@ from kubescribe.net.addresses import NetworkPolicy, set_network_policy
 from kubescribe.server.admission import DEFAULT_CLIENT
 from kubescribe.server.attribution import MAX_AUDIT_BODY, AttributionOptions
 from kubescribe.server.audit import DEFAULT_MAX_BODY, DEFAULT_MAX_EVENTS
+from kubescribe.store.redis_options import (
+    DEFAULT_KEY_PREFIX,
+    HMAC_KEY_ENV,
+    PASSWORD_ENV,
+    URL_ENV,
+    RedisOptions,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -114,9 +123,24 @@ def _attribution_options(command: Callable[..., None]) -> Callable[..., None]:
         ),
         click.option(
             "--redis-url",
+            envvar=URL_ENV,
             default="",
             help="Share audit facts, CommitRequest authors and watch resume cursors through Redis "
-            "('' = in memory).",
+            f"('' = in memory; rediss:// for TLS). Defaults to ${URL_ENV}. The password comes "
+            f"from ${PASSWORD_ENV}; ${HMAC_KEY_ENV} (at least 32 bytes, the same for every "
+            "replica) is required and signs every entry.",
+        ),
+        click.option(
+            "--redis-ca-file",
+            type=path,
+            help="CA (PEM) that signs the Redis server's certificate (rediss://; default: the "
+            "system CAs).",
+        ),
+        click.option(
+            "--redis-key-prefix",
+            default=DEFAULT_KEY_PREFIX,
+            show_default=True,
+            help="Prefix of every Redis key, so several installs can share one Redis.",
         ),
         click.option(
             "--webhook-addr",
@@ -261,6 +285,14 @@ def _certificate_options(command: Callable[..., None]) -> Callable[..., None]:
     help="Object cache for Git (never trusted as state).",
 )
 @click.option(
+    "--cache-quota-per-namespace",
+    "cache_quota",
+    default="0",
+    show_default=True,
+    help="Bytes each namespace's Git clones may hold in the cache, e.g. 256Mi or 1G (0 = no "
+    "quota); a fetch or write past it refuses the target (CacheQuotaExceeded).",
+)
+@click.option(
     "--metrics-addr",
     default="127.0.0.1:8080",
     show_default=True,
@@ -292,6 +324,14 @@ def _certificate_options(command: Callable[..., None]) -> Callable[..., None]:
     is_flag=True,
     help="Lockdown: refuse every WatchRule sourceNamespace other than the rule's own, whatever "
     "the Namespaces grant (and do not watch Namespaces).",
+)
+@click.option(
+    "--tenant-service-account",
+    default="",
+    metavar="NAME",
+    help="A WatchRule mirrors only the types that the ServiceAccount NAME of its own namespace "
+    "may list and watch (checked with SubjectAccessReviews); others are RuleNotAuthorized. "
+    "'' (default) lends the operator's own read access to every WatchRule.",
 )
 @click.option(
     "--allow-insecure-cluster-tls",
@@ -333,12 +373,14 @@ def run(
     kubeconfig: Path | None,
     context: str | None,
     cache_dir: Path,
+    cache_quota: str,
     metrics_addr: str,
     log_level: str,
     allow_file_urls: bool,
     deny_private_networks: bool,
     probe_interval: float,
     no_cross_namespace_sources: bool,
+    tenant_service_account: str,
     allow_insecure_cluster_tls: bool,
     replica_id: str,
     lease_namespace: str,
@@ -362,6 +404,11 @@ def run(
     limit_libgit2_memory()
     for many in ("audit_extra_routes", "webhook_client_cns"):
         attribution[many] = tuple(attribution[many])
+    attribution["redis"] = _redis_options(
+        attribution.pop("redis_url"),
+        attribution.pop("redis_ca_file"),
+        attribution.pop("redis_key_prefix"),
+    )
     attribution_options = AttributionOptions(**attribution)
     certificates = None
     if webhook_cert_secret:
@@ -390,6 +437,10 @@ def run(
         )
     if problems := attribution_options.problems():
         raise click.UsageError("; ".join(problems))
+    try:
+        quota = parse_size(cache_quota)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--cache-quota-per-namespace") from None
     operator = run_operator(
         kubeconfig,
         context,
@@ -398,8 +449,10 @@ def run(
         allow_file_urls=allow_file_urls,
         probe_interval=probe_interval,
         cross_namespace_sources=not no_cross_namespace_sources,
+        tenant_service_account=tenant_service_account,
         allow_insecure_cluster_tls=allow_insecure_cluster_tls,
         kustomize=kustomize_binary or shutil.which("kustomize"),
+        cache_quota=quota,
         sharing=Sharing(replica_id, lease_namespace, lease_duration),
         attribution_options=attribution_options,
         certificates=certificates,
@@ -483,6 +536,19 @@ def snapshot(
     except SnapshotError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"{repo_dir}: {branch} at {tip}" if tip else f"{repo_dir}: nothing to write")
+
+
+def _redis_options(url: str, ca_file: Path | None, key_prefix: str) -> RedisOptions | None:
+    """Redis settings, with the secrets from the environment (never from arguments)."""
+    if not url:
+        return None
+    return RedisOptions(
+        url=url,
+        hmac_key=os.environ.get(HMAC_KEY_ENV, "").encode(),
+        password=os.environ.get(PASSWORD_ENV, ""),
+        ca_file=ca_file,
+        key_prefix=key_prefix,
+    )
 
 
 async def _until_signal(main_coro: Coroutine[Any, Any, None]) -> None:

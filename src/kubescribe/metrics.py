@@ -35,6 +35,20 @@ DUPLICATES = Gauge(
     ["target"],
     registry=REGISTRY,
 )
+OVERSIZED = Gauge(
+    "kubescribe_oversized_files",
+    "Files in a target folder too large to read (over 4 MiB, or over 250,000 YAML nodes);"
+    " left alone and never parsed.",
+    ["target"],
+    registry=REGISTRY,
+)
+REFUSED_FILES = Counter(
+    "kubescribe_refused_files_total",
+    "Files from Git refused before parsing, by reason (too_large, too_many_nodes, too_deep,"
+    " aliases).",
+    ["reason"],
+    registry=REGISTRY,
+)
 WATCH_RESTARTS = Counter(
     "kubescribe_watch_restarts_total",
     "Watch streams restarted, by reason (timeout, dead, error, gone).",
@@ -61,6 +75,18 @@ CACHE_PACKS = Gauge(
     "kubescribe_cache_packs",
     "Pack files in a branch's object cache (each batch adds one; a tidy merges the small ones).",
     ["branch"],
+    registry=REGISTRY,
+)
+CACHE_BYTES = Gauge(
+    "kubescribe_cache_bytes",
+    "Bytes a namespace's Git clones hold in the object cache (after each fetch, write and tidy).",
+    ["namespace"],
+    registry=REGISTRY,
+)
+CACHE_QUOTA_REFUSALS = Counter(
+    "kubescribe_cache_quota_refusals_total",
+    "Fetches and writes refused because the namespace's clones would exceed its cache quota.",
+    ["namespace"],
     registry=REGISTRY,
 )
 LIBGIT2_CACHED = Gauge(
@@ -202,6 +228,20 @@ COMMIT_REQUESTS = Counter(
     "kubescribe_commit_requests_total",
     "CommitRequests finished, by reason (Pushed, NothingToCommit, or why they failed).",
     ["reason"],
+    registry=REGISTRY,
+)
+REDIS_REJECTED = Counter(
+    "kubescribe_redis_entries_rejected_total",
+    "Entries read from Redis without a valid signature, ignored, by kind (fact, cursor,"
+    " known: a member of a cursor's known-object set).",
+    ["kind"],
+    registry=REGISTRY,
+)
+TENANT_READ_REVIEWS = Counter(
+    "kubescribe_tenant_read_reviews_total",
+    "SubjectAccessReviews of a tenant ServiceAccount's reads (--tenant-service-account), by "
+    "result (allowed, denied, failed).",
+    ["result"],
     registry=REGISTRY,
 )
 CURSOR_SAVES = Counter(

@@ -19,6 +19,8 @@ def test_helm_lint_passes(tools: ClusterTools) -> None:
         ["--set=rbac.watch=selected", "--set=replicas=2"],
         ["--set=audit.enabled=true", "--set=admission.enabled=true"],
         ["--set=admission.enabled=true", "--set=certificates.source=cert-manager"],
+        ["--set=redis.url=rediss://redis:6380/0", "--set=redis.existingSecret=r"],
+        ["--set=tenantServiceAccount=kubescribe-reader"],
     ):
         done = subprocess.run(
             [str(tools.helm), "lint", "--strict", str(CHART), *values],
@@ -45,3 +47,78 @@ def test_no_secret_is_readable_cluster_wide_in_the_plain_manifests() -> None:
             if bound_cluster_wide and core:
                 assert "secrets" not in rule["resources"], rule
                 assert "*" not in rule["resources"], rule
+
+
+def render(tools: ClusterTools, *values: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(tools.helm), "template", "k", str(CHART), *values],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_redis_secrets_reach_the_pod_through_the_environment_only(tools: ClusterTools) -> None:
+    done = render(
+        tools,
+        "--set=redis.url=rediss://redis.example:6380/0",
+        "--set=redis.existingSecret=kubescribe-redis",
+        "--set=redis.keyPrefix=team-a:",
+        "--set=redis.caSecret=redis-ca",
+    )
+    assert done.returncode == 0, done.stderr
+    [deployment] = [d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    args = container["args"]
+    assert "--redis-key-prefix=team-a:" in args
+    assert "--redis-ca-file=/etc/kubescribe/redis-ca/ca.crt" in args
+    assert not [a for a in args if a.startswith("--redis-url")]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["KUBESCRIBE_REDIS_URL"]["value"] == "rediss://redis.example:6380/0"
+    hmac_key = env["KUBESCRIBE_REDIS_HMAC_KEY"]["valueFrom"]["secretKeyRef"]
+    assert hmac_key == {"name": "kubescribe-redis", "key": "hmac-key"}
+    password = env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert password == {"name": "kubescribe-redis", "key": "password", "optional": True}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["redis-ca"] == "/etc/kubescribe/redis-ca"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["redis-ca"]["secret"]["secretName"] == "redis-ca"
+
+
+def test_redis_without_a_signing_key_secret_or_with_a_password_in_the_url_is_refused(
+    tools: ClusterTools,
+) -> None:
+    no_secret = render(tools, "--set=redis.url=redis://redis:6379/0")
+    assert no_secret.returncode != 0
+    assert "redis.existingSecret" in no_secret.stderr
+    inline = render(
+        tools, "--set=redis.url=redis://u:hunter2@redis:6379/0", "--set=redis.existingSecret=s"
+    )
+    assert inline.returncode != 0
+    assert "/redis/url" in inline.stderr
+    user_only = render(
+        tools, "--set=redis.url=redis://kubescribe@redis:6379/0", "--set=redis.existingSecret=s"
+    )
+    assert user_only.returncode == 0, user_only.stderr
+
+
+def test_subject_access_reviews_are_granted_only_with_a_tenant_service_account(
+    tools: ClusterTools,
+) -> None:
+    def grants_reviews(*values: str) -> bool:
+        done = subprocess.run(
+            [str(tools.helm), "template", "kubescribe", str(CHART), *values],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        role = next(
+            d
+            for d in yaml.safe_load_all(done.stdout)
+            if d and d["kind"] == "ClusterRole" and d["metadata"]["name"] == "kubescribe"
+        )
+        return any("subjectaccessreviews" in r["resources"] for r in role["rules"])
+
+    assert not grants_reviews()
+    assert grants_reviews("--set=tenantServiceAccount=kubescribe-reader")

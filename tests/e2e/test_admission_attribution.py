@@ -26,7 +26,14 @@ from kubescribe.devenv.controlplane import ControlPlane, free_port
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.pki import webhook_certs
 from tests.manifests import CM_RULE, provider, target, watch_rule
-from tests.support import Operator, manifest, wait_condition, wait_for, wait_webhook_registered
+from tests.support import (
+    Operator,
+    manifest,
+    metric,
+    wait_condition,
+    wait_for,
+    wait_webhook_registered,
+)
 
 pytestmark = pytest.mark.controlplane
 
@@ -284,3 +291,91 @@ def test_inferred_mode_names_the_field_manager_without_any_webhook(
     author, source, _ = commits(remote, path)[1]
     assert author == "kubectl-edit (inferred)"
     assert source == "inferred from managedFields"
+
+
+NAME_KEY = "kubernetes.io/metadata.name"
+REVIEWED = ("recorded", "ignored", "oversized", "failed")
+
+
+def registered(cp: ControlPlane) -> dict[tuple[str, str], frozenset[str] | str]:
+    """(group, resource) -> the namespaces whose writes the change webhook sees ('cluster' for
+    a cluster-scoped entry), read back from the API server."""
+    found = cp.kubectl("get", "validatingwebhookconfiguration", "kubescribe-attribution",
+                       "-o", "json", check=False)  # fmt: skip
+    if found.returncode != 0:
+        return {}
+    out: dict[tuple[str, str], frozenset[str] | str] = {}
+    for hook in json.loads(found.stdout)["webhooks"]:
+        selector = hook.get("namespaceSelector") or {}
+        [expression] = selector.get("matchExpressions") or [{}]
+        for rule in hook["rules"]:
+            where: frozenset[str] | str
+            if rule["scope"] == "Cluster":
+                assert not selector
+                where = "cluster"
+            else:
+                assert rule["scope"] == "Namespaced"
+                assert (expression["key"], expression["operator"]) == (NAME_KEY, "In")
+                where = frozenset(expression["values"])
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    assert (group, resource) not in out, "one entry per type"
+                    out[(group, resource)] = where
+    return out
+
+
+def test_the_change_webhook_sees_only_the_watched_namespaces_and_never_leases_or_events(
+    setup: Setup, start_operator: Callable[..., Operator], tmp_path: Path
+) -> None:
+    cp = setup.cp
+    remote = BareRemote.create(tmp_path / "remote.git")
+    op = start_operator(*setup.flags)
+    a, b, elsewhere = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("wh-a", "wh-b", "wh-c"))
+    for ns in (a, b, elsewhere):
+        cp.kubectl("create", "namespace", ns)
+    noisy = [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"]},
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"]},
+    ]
+    services = {"apiGroups": [""], "resources": ["services"]}
+    cp.apply(
+        manifest(
+            provider("git", a, remote.url),
+            target("mirror", a, "git", "a"),
+            watch_rule("rule", a, "mirror", CM_RULE, *noisy),
+            provider("git", b, remote.url),
+            target("mirror", b, "git", "b"),
+            watch_rule("rule", b, "mirror", CM_RULE, services),
+            # Mirrored, but its writes never wait on the webhook.
+            provider("git", "kube-system", remote.url),
+            target("mirror", "kube-system", "git", "system"),
+            watch_rule("rule", "kube-system", "mirror", CM_RULE, services),
+        )
+    )
+    try:
+        for ns in (a, b, "kube-system"):
+            wait_condition(cp, "gittarget", "mirror", ns, "StreamsRunning", "True", timeout=60)
+        cms, svcs = ("", "configmaps"), ("", "services")
+
+        def both_tenants() -> bool:
+            found = registered(cp)
+            return {a, b} <= set(found.get(cms, ())) and b in found.get(svcs, ())
+
+        wait_for(both_tenants, timeout=30, what="both tenants' namespaces registered")
+        found = registered(cp)
+        # Other tests' tenants may still be registered here, never these namespaces.
+        assert not {elsewhere, "kube-system", "kube-node-lease"} & set(found[cms])
+        assert a not in found[svcs]
+        assert set(found) == {cms, svcs}
+    finally:
+        cp.kubectl("delete", "gitproviders,gittargets,watchrules", "--all", "-n", "kube-system")
+
+    def reviewed() -> float:
+        return sum(
+            metric(op, "kubescribe_admission_reviews_total", f'result="{r}"') for r in REVIEWED
+        )
+
+    before = reviewed()
+    cp.kubectl("create", "configmap", "unwatched", "-n", elsewhere, "--from-literal=k=v")
+    cp.kubectl("create", "configmap", "watched", "-n", a, "--from-literal=k=v")
+    assert reviewed() == before + 1

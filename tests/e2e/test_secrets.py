@@ -483,3 +483,34 @@ def test_sensitive_type_paths_encrypt_only_those_values(
     plain = f"mirror/{ns}/core/configmaps/app.yaml"
     wait_for(lambda: plain in remote.files() and path not in remote.files(), what="plain again")
     assert yaml.safe_load(remote.read(plain))["data"] == {"mode": "fast", "token": CANARY}
+
+
+def test_secrets_db_and_db_sops_each_get_a_file_of_their_own(
+    crds: ControlPlane,
+    namespace: str,
+    remote: BareRemote,
+    operator: Callable[..., Operator],
+    tmp_path: Path,
+) -> None:
+    """`db.sops` would map to `db.sops.yaml`, the encrypted file of `db`: one never reached
+    Git. The dot of a trailing `.sops` is escaped in file names."""
+    cp, ns = crds, namespace
+    identity, _ = generate_identity()
+    cp.apply(
+        manifest(
+            key_secret("age-key", ns, identity),
+            string_secret("db", ns, password=CANARY),
+            string_secret("db.sops", ns, password=CANARY_2),
+        )
+    )
+    op = operator()
+    setup(cp, ns, remote, SECRET_RULE, encryption={"ageKeySecretRef": {"name": "age-key"}})
+    paths = {"db": secret_path(ns, "db"), "db.sops": secret_path(ns, "db%2Esops")}
+    wait_for(lambda: set(paths.values()) <= set(remote.files()), what="both encrypted Secrets")
+    for name, path in paths.items():
+        plain = sops_decrypt(remote.read(path), identity, tmp_path / name)
+        assert plain["metadata"]["name"] == name
+    assert sops_decrypt(remote.read(paths["db.sops"]), identity, tmp_path / "x")["data"] == {
+        "password": b64(CANARY_2)
+    }
+    assert_never_in_plaintext(remote, [op], CANARY, CANARY_2)

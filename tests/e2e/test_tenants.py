@@ -252,3 +252,91 @@ def test_generate_when_missing_never_writes_into_a_secret_it_did_not_create(
     after = cp.get_json("secret", "app-tls", "-n", a.ns)
     assert after["metadata"]["resourceVersion"] == before
     assert set(after["data"]) == {"tls.key"}
+
+
+READER = "kubescribe-reader"
+MANAGE = ["get", "list", "watch", "create", "update", "patch", "delete"]  # not escalate, bind
+
+
+def role(name: str, ns: str, *rules: dict[str, list[str]]) -> dict[str, object]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": name, "namespace": ns},
+        "rules": list(rules),
+    }
+
+
+def role_binding(name: str, ns: str, subject: dict[str, str]) -> dict[str, object]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [subject],
+    }
+
+
+def test_a_watch_rule_mirrors_no_kind_its_namespace_may_not_read(
+    tenants: tuple[Tenant, Tenant], start_operator: Callable[..., Operator], tmp_path: Path
+) -> None:
+    a, _ = tenants
+    cp = a.cp
+    # A tenant who manages RBAC in its namespace (it cannot read Services there).
+    rbac = {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"]}
+    accounts = {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["*"]}
+    user = {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": a.user}
+    cp.apply(
+        manifest(
+            role("rbac-admin", a.ns, {**rbac, "verbs": MANAGE}, accounts),
+            role_binding("rbac-admin", a.ns, user),
+        )
+    )
+    assert "forbidden" in a.kubectl("get", "services", "-n", a.ns, check=False)
+    reader = {"kind": "ServiceAccount", "name": READER, "namespace": a.ns}
+    read = {"verbs": ["get", "list", "watch"], "apiGroups": [""]}
+    a.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": READER, "namespace": a.ns},
+        },
+        role(READER, a.ns, {**read, "resources": ["configmaps"]}),
+        role_binding(READER, a.ns, reader),
+    )
+    # RBAC lets it grant its ServiceAccount only what it holds itself.
+    widened = manifest(role(READER, a.ns, {**read, "resources": ["configmaps", "services"]}))
+    refused = cp.kubectl("apply", "-f", "-", input=widened, kubeconfig=a.kubeconfig, check=False)
+    assert "forbidden" in refused.stderr
+
+    cp.apply(
+        manifest(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "internal", "namespace": a.ns},
+                "spec": {"ports": [{"port": 80}]},
+            }
+        )
+    )
+    remote = BareRemote.create(tmp_path / "a.git")
+    start_operator(f"--tenant-service-account={READER}")
+    a.apply(
+        provider("git", a.ns, remote.url),
+        target("mirror", a.ns, "git", "team-a"),
+        watch_rule("cms", a.ns, "mirror", CM_RULE),
+        watch_rule("svcs", a.ns, "mirror", {"apiGroups": [""], "resources": ["services"]}),
+        configmap("a1", a.ns, {"v": "1"}),
+    )
+    wait_for(lambda: cm_file("team-a", a.ns, "a1") in remote.files(), timeout=90, what="mirrored")
+    cond = wait_condition(
+        cp, "watchrule", "svcs", a.ns, "ReadAuthorized", "False", "RuleNotAuthorized"
+    )
+    assert cond["message"] == (
+        f"ServiceAccount {READER!r} of namespace {a.ns!r} may not list and watch core/v1/services "
+        f"in namespace {a.ns!r}: not mirrored"
+    )
+    wait_condition(cp, "watchrule", "cms", a.ns, "ReadAuthorized", "True", "ReadAuthorized")
+    status = cp.get_json("gittarget", "mirror", "-n", a.ns)["status"]
+    assert status["streams"] == 1  # ConfigMaps only
+    assert not any("/services/" in p for p in paths_in_history(remote))

@@ -18,10 +18,11 @@ from click.testing import CliRunner
 from kubescribe import cli, metrics
 from kubescribe.devenv.controlplane import AuditWebhook, ControlPlane, free_port
 from kubescribe.devenv.pki import CertificateAuthority, KeyPair
-from kubescribe.devenv.redis import RedisServer
+from kubescribe.devenv.redis import DEV_HMAC_KEY, RedisServer
 from kubescribe.mirror.authors import Author, ObjectEvent
 from kubescribe.server.attribution import Attribution, AttributionOptions, attribution
 from kubescribe.server.audit import DEFAULT_MAX_BODY
+from kubescribe.store.redis_options import RedisOptions
 
 
 @dataclass
@@ -333,7 +334,7 @@ async def test_hostile_audit_bodies_get_their_status_in_bounded_time(
         audit_max_body=4 * 1024 * 1024,
         audit_max_events=100,
         read_timeout=1.0,
-        redis_url=redis_server.url,
+        redis=RedisOptions(redis_server.url, DEV_HMAC_KEY.encode()),
     )
     huge = create_event("u" * (1024 * 1024), "u-big", "1")
     bodies = {
@@ -397,7 +398,8 @@ async def test_admission_takes_reviews_only_from_its_client_and_bounds_fields(
 async def test_one_fact_source_cannot_evict_another(
     pki: Pki, backend: str, redis_server: RedisServer
 ) -> None:
-    redis = {"redis_url": redis_server.url} if backend == "redis" else {}
+    shared = RedisOptions(redis_server.url, DEV_HMAC_KEY.encode())
+    redis = {"redis": shared} if backend == "redis" else {}
     opts = options(pki, max_facts=20, max_request_records=5, **redis)
     async with attribution(opts) as att:
         assert att.requests is not None

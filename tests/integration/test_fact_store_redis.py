@@ -18,9 +18,10 @@ from kubescribe.attribution.facts import keyed
 from kubescribe.attribution.requests import RecordedRequestAuthors
 from kubescribe.attribution.resolver import AuditAuthorResolver
 from kubescribe.devenv.controlplane import free_port
-from kubescribe.devenv.redis import RedisServer
+from kubescribe.devenv.redis import DEV_HMAC_KEY, RedisServer
 from kubescribe.mirror.authors import Author, ObjectEvent
 from kubescribe.store.redis import RedisFactStore
+from kubescribe.store.redis_options import RedisOptions
 
 ALICE = Author("alice", "alice@users.kubescribe.invalid")
 
@@ -50,11 +51,15 @@ def event(uid: str, rv: str = "1") -> ObjectEvent:
 @pytest.fixture
 async def replicas(redis_server: RedisServer) -> AsyncIterator[Callable[..., RedisFactStore]]:
     """Start fact stores sharing one Redis and one key prefix (like replicas)."""
-    prefix = f"kubescribe-test:{uuid.uuid4().hex[:8]}:facts:"
+    options = RedisOptions(
+        redis_server.url,
+        DEV_HMAC_KEY.encode(),
+        key_prefix=f"kubescribe-test:{uuid.uuid4().hex[:8]}:",
+    )
     async with AsyncExitStack() as stack:
 
         def start(**kw: object) -> RedisFactStore:
-            store = RedisFactStore(redis_server.url, prefix=prefix, block=0.5, **kw)  # type: ignore[arg-type]
+            store = RedisFactStore(options, block=0.5, **kw)  # type: ignore[arg-type]
             stack.push_async_callback(store.close)
             return store
 
@@ -128,7 +133,8 @@ async def test_streams_are_bounded(
 
 
 async def test_redis_down_costs_sharing_not_facts() -> None:
-    dead = RedisFactStore(f"redis://127.0.0.1:{free_port()}/0", block=0.2)
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    dead = RedisFactStore(RedisOptions(url, DEV_HMAC_KEY.encode()), block=0.2)
     errors = metrics.REGISTRY.get_sample_value("kubescribe_fact_store_errors_total", {"op": "add"})
     await dead.start()
     try:

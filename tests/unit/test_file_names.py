@@ -66,3 +66,27 @@ def test_mapped_names_are_portable(name: str) -> None:
     assert mapped.isascii()
     assert len(mapped.encode()) <= MAX_NAME_BYTES
     assert mapped[-1] not in ". "
+
+
+SECRETS = ResourceType("", "v1", "secrets", "Secret", True)
+
+
+def test_a_name_ending_in_sops_never_takes_the_encrypted_file_of_another() -> None:
+    layout = Layout()
+    paths = {
+        name: layout.path_for(Identity("", "Secret", "apps", name), SECRETS, encrypted=True)
+        for name in ("db", "db.sops", "db.sops.sops")
+    }
+    assert paths["db"] == "apps/core/secrets/db.sops.yaml"
+    assert len(set(paths.values())) == 3
+    assert file_name("db.sops") == "db%2Esops"
+    plain = layout.path_for(Identity("", "ConfigMap", "apps", "x.sops"), CONFIGMAPS)
+    assert not plain.endswith(".sops.yaml")  # a plain document never looks encrypted
+
+
+@given(st.text(alphabet=string.ascii_lowercase + ".-", min_size=1, max_size=20))
+def test_no_encrypted_path_is_shared(name: str) -> None:
+    layout = Layout()
+    one = layout.path_for(Identity("", "Secret", "ns", name), SECRETS, encrypted=True)
+    other = layout.path_for(Identity("", "Secret", "ns", name + ".sops"), SECRETS, encrypted=True)
+    assert one != other

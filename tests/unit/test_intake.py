@@ -4,14 +4,25 @@ resolver and a list as the commit queue: no Git, no sockets."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass, field
 
 from kubescribe.api.conditions import NOTHING_TO_COMMIT, TARGET_NOT_WRITABLE, WORKER_STOPPED
+from kubescribe.attribution.decode import FACT_WRITE, Fact
+from kubescribe.attribution.facts import keyed
+from kubescribe.attribution.resolver import AuditAuthorResolver
 from kubescribe.git.intake import Group, Intake
-from kubescribe.mirror.authors import UNRESOLVED, AttributionMode, Author, ObjectEvent
+from kubescribe.mirror.authors import (
+    UNRESOLVED,
+    AttributionMode,
+    Author,
+    AuthorResolver,
+    ObjectEvent,
+)
 from kubescribe.mirror.changes import Change, Cursor, Operation, Snapshot, TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.window import CloseReason, WindowPolicy
+from kubescribe.store.memory import MemoryFactStore
 
 CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True)
 A = TargetKey("ns", "a")
@@ -59,7 +70,7 @@ class Resolver:
 
 
 class Fixture:
-    def __init__(self, resolver: Resolver | None = None, **targets: Settings) -> None:
+    def __init__(self, resolver: AuthorResolver | None = None, **targets: Settings) -> None:
         self.now = 100.0
         self.out: list[Change | Snapshot | Group] = []
         self.wakes = 0
@@ -190,6 +201,44 @@ async def test_shutdown_admits_unresolved_changes_and_closes_windows() -> None:
     assert held.future.result().reason == WORKER_STOPPED
     f.intake.enter(change("late"))
     assert f.names()[-1] == "late"  # after shutdown: no windows
+
+
+async def test_contradicting_facts_give_the_sentinel_not_a_guessed_manager() -> None:
+    """Two audit facts name different authors of one version: nothing proves who wrote it, so
+    `inferFromManagedFields` must not fill in a guess (the field manager is whoever wrote last,
+    which the contradiction leaves open)."""
+    store = MemoryFactStore()
+    facts = [
+        Fact(
+            kind=FACT_WRITE,
+            verb="patch",
+            author=who,
+            username=who.name,
+            group="",
+            resource="configmaps",
+            namespace="ns",
+            name="x",
+            uid="uid-x",
+            resource_version="x",
+            received=10.0,
+            completed=11.0,
+        )
+        for who in (ALICE, Author("mallory", "mallory@example.invalid"))
+    ]
+    await store.add("local", keyed(facts))
+    resolver = AuditAuthorResolver(store, "local", grace=0)
+    inferred = Settings(
+        window=WindowPolicy(0), attribution=AttributionMode.ATTRIBUTED, infer_authors=True
+    )
+    f = Fixture(resolver, a=inferred)
+    f.intake.enter(dataclasses.replace(change("x"), field_manager="kubectl-edit"))
+    for _ in range(50):
+        if f.out:
+            break
+        await asyncio.sleep(0.01)
+    [out] = f.out
+    assert isinstance(out, Change)
+    assert out.author == UNRESOLVED
 
 
 async def test_request_closes_only_its_authors_window() -> None:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kubescribe.api import conditions as c
-from kubescribe.controller.desired import compile_plan
+from kubescribe.controller.desired import ReadQuestion, TenantReads, compile_plan
 from kubescribe.kube.discovery import Discovered
 from kubescribe.mirror.changes import TargetKey
 from kubescribe.mirror.identity import ResourceType
@@ -121,6 +121,13 @@ def objects(specs: st.SearchStrategy[Any], namespaced: bool = True) -> st.Search
     clusters=objects(CLUSTER_SPECS, namespaced=False),
     allow_file_urls=st.booleans(),
     grants=st.sampled_from([None, {}, {"other": frozenset({"*"})}]),
+    reads=st.sampled_from(
+        [
+            None,
+            TenantReads("reader"),
+            TenantReads("reader", {ReadQuestion("ns", "ns", "", "configmaps"): True}),
+        ]
+    ),
 )
 def test_compile_plan_never_raises_and_plans_every_object(
     providers: list[dict[str, Any]],
@@ -130,6 +137,7 @@ def test_compile_plan_never_raises_and_plans_every_object(
     clusters: list[dict[str, Any]],
     allow_file_urls: bool,
     grants: dict[str, frozenset[str]] | None,
+    reads: TenantReads | None,
 ) -> None:
     plan = compile_plan(
         providers,
@@ -142,6 +150,7 @@ def test_compile_plan_never_raises_and_plans_every_object(
         grants=grants,
         cluster_providers=clusters,
         remote_discovered={"c1": TYPES},
+        reads=reads,
     )
     assert plan.failures == []  # the safety net is for bugs; none is known
     for o in providers:

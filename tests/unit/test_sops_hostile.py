@@ -3,19 +3,23 @@ naming what is wrong, in bounded time, and never stops the live document from be
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
+import yaml
 
 from kubescribe.api.conditions import REENCRYPT_FAILED
 from kubescribe.controller.encryption import SopsRenderer
 from kubescribe.git.targets import RefusedContent
 from kubescribe.mirror.identity import Identity, ResourceType
-from kubescribe.secrets.age import generate_identity, wrap
+from kubescribe.secrets.age import generate_identity, load_identities, unwrap, wrap, wrap_seeded
 from kubescribe.secrets.sops import CryptRule, SopsError, decrypt_document, encrypt_document
+from tests.unit.test_sops import needs_sops, run_sops, sops_decrypt
 
 ALICE, ALICE_RECIPIENT = generate_identity()
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -126,3 +130,50 @@ def test_a_planted_file_is_refused_in_bounded_time(case: str) -> None:
     assert time.perf_counter() - started < BOUND
     assert written != planted
     assert decrypt_document(written, [ALICE]) == LIVE
+
+
+BOB, BOB_RECIPIENT = generate_identity()
+
+
+def swap_stanza(data: bytes, recipient: str, enc: str) -> bytes:
+    """`data` with `recipient`'s age stanza replaced (the MAC does not cover `sops.age`)."""
+    tree = yaml.safe_load(data)
+    for stanza in tree["sops"]["age"]:
+        if stanza["recipient"] == recipient:
+            stanza["enc"] = enc
+    return yaml.safe_dump(tree, sort_keys=False).encode()
+
+
+@needs_sops
+@pytest.mark.parametrize("swap", ["a stanza of another key", "the operator's own stanza"])
+@pytest.mark.parametrize("change", [False, True])
+def test_a_swapped_stanza_is_replaced_on_the_next_write(
+    swap: str, change: bool, tmp_path: Path
+) -> None:
+    renderer = SopsRenderer(recipients=[ALICE_RECIPIENT, BOB_RECIPIENT], identities=[ALICE])
+    written = renderer.render(DB, SECRETS, LIVE, None)
+    assert yaml.safe_load(sops_decrypt(written, BOB, tmp_path)) == LIVE
+    stanzas = {s["recipient"]: s["enc"] for s in yaml.safe_load(written)["sops"]["age"]}
+    enc = wrap(os.urandom(32), BOB_RECIPIENT) if swap.startswith("a") else stanzas[ALICE_RECIPIENT]
+    planted = swap_stanza(written, BOB_RECIPIENT, enc)
+    assert decrypt_document(planted, [ALICE]) == LIVE  # still opens for the operator...
+    (tmp_path / "in.sops.yaml").write_bytes(planted)
+    failed = run_sops(["decrypt", str(tmp_path / "in.sops.yaml")], tmp_path, BOB)
+    assert failed.returncode != 0  # ...but locks Bob out
+
+    live = {**LIVE, "data": {"password": "bmV3"}} if change else LIVE
+    rewritten = renderer.render(DB, SECRETS, live, planted)
+    assert rewritten != planted
+    assert yaml.safe_load(sops_decrypt(rewritten, BOB, tmp_path)) == live
+    assert decrypt_document(rewritten, [ALICE]) == live
+    assert renderer.render(DB, SECRETS, live, rewritten) == rewritten  # stable from then on
+
+
+def test_stanzas_are_the_same_bytes_for_the_same_data_key() -> None:
+    key = os.urandom(32)
+    one = wrap_seeded(key, BOB_RECIPIENT, key)
+    assert one == wrap_seeded(key, BOB_RECIPIENT, key)
+    assert one != wrap_seeded(key, ALICE_RECIPIENT, key)
+    assert one != wrap_seeded(os.urandom(32), BOB_RECIPIENT, key)  # the payload differs
+    assert unwrap(one, load_identities([BOB])) == key
+    assert unwrap(one, load_identities([ALICE])) is None

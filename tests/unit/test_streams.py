@@ -222,3 +222,27 @@ async def test_owned_content_keeps_written_fields_and_falls_back_when_unusable()
     assert second.document["data"] == {"a": "1"}
     assert metrics.CONTENT_FALLBACKS.labels("unsupported-format")._value.get() == before + 1
     assert stream.fingerprint != sink()[0].fingerprint
+
+
+async def test_a_managed_fields_entry_dated_in_the_future_does_not_pin_the_inferred_manager() -> (
+    None
+):
+    """Anyone who may update an object may write its managedFields, times included: an entry
+    dated after the observation would otherwise stay "the newest" and name every later change."""
+    out: list[Change | Snapshot] = []
+    spec = StreamSpec(TARGET, CM, "ns", (None,), frozenset(Operation))
+    observed = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+    stream = TargetStream(
+        spec, DEFAULT_NOISE_POLICY, out.append, lambda: 1.0, wall=lambda: observed
+    )
+    obj = cm("a")
+    obj["metadata"]["managedFields"] = [
+        {"manager": "kubectl-edit", "operation": "Update", "time": "2027-01-15T07:59:59Z"},
+        {"manager": "pinned", "operation": "Update", "time": "2099-01-01T00:00:00Z"},
+        {"manager": "garbage", "operation": "Update", "time": "not a time"},
+    ]
+    await stream.on_event("MODIFIED", obj, "8")
+    # Within the allowance for clock skew an entry still counts.
+    obj["metadata"]["managedFields"][1]["time"] = "2027-01-15T08:00:01Z"
+    await stream.on_event("MODIFIED", obj, "9")
+    assert [c.field_manager for c in out if isinstance(c, Change)] == ["kubectl-edit", "pinned"]

@@ -30,6 +30,7 @@ PUSHED: Final = "Pushed"
 DOCUMENTS_WRITTEN: Final = "DocumentsWritten"
 ENCRYPTION_CONFIGURED: Final = "EncryptionConfigured"
 SOURCE_NAMESPACE_AUTHORIZED: Final = "SourceNamespaceAuthorized"
+READ_AUTHORIZED: Final = "ReadAuthorized"  # WatchRule, with --tenant-service-account
 SOURCE_CLUSTER_REACHABLE: Final = "SourceClusterReachable"
 AUTHORS_ATTRIBUTED: Final = "AuthorsAttributed"
 RENDER_MATCHES_LIVE: Final = "RenderMatchesLive"
@@ -50,6 +51,7 @@ CONDITION_TYPES: Final = frozenset(
         DOCUMENTS_WRITTEN,
         ENCRYPTION_CONFIGURED,
         SOURCE_NAMESPACE_AUTHORIZED,
+        READ_AUTHORIZED,
         SOURCE_CLUSTER_REACHABLE,
         AUTHORS_ATTRIBUTED,
         RENDER_MATCHES_LIVE,
@@ -89,6 +91,7 @@ WATCH_FORBIDDEN: Final = "WatchForbidden"
 SOURCE_NAMESPACE_NOT_AUTHORIZED: Final = "SourceNamespaceNotAuthorized"
 CROSS_NAMESPACE_SOURCES_DISABLED: Final = "CrossNamespaceSourcesDisabled"
 SPEC_NOT_EVALUATED: Final = "SpecNotEvaluated"  # evaluating the spec raised (a bug, logged)
+RULE_NOT_AUTHORIZED: Final = "RuleNotAuthorized"
 # reasons: encryption (controller/encryption.py) and documents refused by the build
 ENCRYPTION_MISSING: Final = "EncryptionMissing"
 ENCRYPTION_FAILED: Final = "EncryptionFailed"
@@ -97,6 +100,7 @@ SECRET_UNAVAILABLE: Final = "SecretUnavailable"
 INVALID_KEY: Final = "InvalidKey"
 INVALID_SENSITIVE_TYPE: Final = "InvalidSensitiveType"
 DUPLICATE_IDENTITY: Final = "DuplicateIdentity"  # a second document of one object
+FILE_TOO_LARGE: Final = "FileTooLarge"  # a file in the folder too large to read (left alone)
 PATH_CONFLICT: Final = "PathConflict"
 RENDER_FAILED: Final = "RenderFailed"
 KUSTOMIZE_UNSUPPORTED: Final = "KustomizeUnsupported"
@@ -104,6 +108,7 @@ RENDER_MISMATCH: Final = "RenderMismatch"
 # reasons: writing and pushing (git/) and Git transport (`git.transport.errors.GitFailure`)
 WRITE_FAILED: Final = "WriteFailed"
 CACHE_UNWRITABLE: Final = "CacheUnwritable"  # the object cache's disk is full or read-only
+CACHE_QUOTA_EXCEEDED: Final = "CacheQuotaExceeded"  # the namespace's clones outgrew its share
 REMOTE_UNREACHABLE: Final = "RemoteUnreachable"
 PUSH_REJECTED: Final = "PushRejected"
 TARGET_NOT_WRITABLE: Final = "TargetNotWritable"
@@ -173,6 +178,7 @@ STALLED_REASONS: Final = frozenset(
         SIGNING_KEY_INVALID,
         SOURCE_NAMESPACE_NOT_AUTHORIZED,
         CROSS_NAMESPACE_SOURCES_DISABLED,
+        RULE_NOT_AUTHORIZED,
         CLUSTER_PROVIDER_NOT_FOUND,
         CLUSTER_NOT_ALLOWED,
         CLUSTER_CONFLICT,
@@ -180,6 +186,7 @@ STALLED_REASONS: Final = frozenset(
         CLUSTER_ADDRESS_REFUSED,
         KUSTOMIZE_UNSUPPORTED,
         SPEC_NOT_EVALUATED,
+        CACHE_QUOTA_EXCEEDED,
     }
 )
 """Reasons that need a change by a user: a False condition with one makes the object Stalled."""

@@ -351,9 +351,11 @@ class AttributionSpec(ApiModel):
     infer_from_managed_fields: bool = Field(
         False,
         description=(
-            "With attributed-author: when no source names the author, name the field manager of"
-            " the change's latest managedFields entry instead (e.g. `kubectl-edit (inferred)`),"
-            " marked as inferred in the author and the trailer. A tool, not a person."
+            "With attributed-author: when no fact matched the change at all, name the field"
+            " manager of the change's latest managedFields entry instead (e.g. `kubectl-edit"
+            " (inferred)`), marked as inferred in the author and the trailer. A tool, not a"
+            " person. Facts that contradict each other give the unresolved author, never a"
+            " guess; entries dated after the change was observed are ignored."
         ),
     )
 

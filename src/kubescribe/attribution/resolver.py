@@ -13,8 +13,11 @@ Tiers, per observed change (first hit wins; the outcome is counted by tier):
   returns the unchanged version). Facts naming the same author agree. Among facts naming
   different authors, the earliest completed one wins only when it completed before each other
   request was received (those can only have returned a version that already existed);
-  otherwise nothing proves who wrote the version: `ambiguous` (None, the sentinel author).
+  otherwise nothing proves who wrote the version: `ambiguous`.
 - otherwise `unresolved` (None), after waiting at most `grace` seconds from `observed_at`.
+
+An ambiguous answer is the sentinel author `UNRESOLVED` itself, not None: contradicting facts
+are evidence, and a guess (`inferFromManagedFields`) may only fill in when no fact matched.
 
 Audit only names the author (ground rule 2): nothing here changes what is written.
 """
@@ -36,7 +39,7 @@ from kubescribe.attribution.facts import (
     from_record,
     version_key,
 )
-from kubescribe.mirror.authors import Author, ObjectEvent
+from kubescribe.mirror.authors import UNRESOLVED, Author, ObjectEvent
 
 OUTCOME_EXACT = "exact"
 OUTCOME_DELETE = "delete"
@@ -93,14 +96,15 @@ class AuditAuthorResolver:
             found = self._find(event, observed_wall) if self.audit or not own else None
             if found is not None:
                 outcome, fact = found
-                return self._answer("audit", outcome, started, fact.author if fact else None)
+                author = fact.author if fact else UNRESOLVED
+                return self._answer("audit", outcome, started, author)
             remaining = deadline - self.clock()
             match = admitted.match(event, observed_wall) if admitted is not None else None
             if match is not None and (not self.audit or remaining <= 0):
                 assert admitted is not None
                 admitted.use(match, observed_wall)
                 outcome = OUTCOME_ADMITTED if match.author else OUTCOME_AMBIGUOUS
-                return self._answer("admission", outcome, started, match.author)
+                return self._answer("admission", outcome, started, match.author or UNRESOLVED)
             if remaining <= 0:
                 return self._answer("none", OUTCOME_UNRESOLVED, started, None)
             if self.audit or not own:
@@ -117,7 +121,9 @@ class AuditAuthorResolver:
         metrics.ATTRIBUTION_SOURCES.labels(source, outcome).inc()
         self.unresolved_streak = self.unresolved_streak + 1 if source == "none" else 0
         metrics.ATTRIBUTION_WAIT.observe(self.clock() - started)
-        return dataclasses.replace(author, source=source) if author is not None else None
+        if author is None or author is UNRESOLVED:
+            return author  # the sentinel carries no source trailer
+        return dataclasses.replace(author, source=source)
 
     def _find(self, event: ObjectEvent, observed_wall: float) -> tuple[str, Fact | None] | None:
         route = event.route or self.route

@@ -152,6 +152,8 @@ class RulePlan:
     problem: Problem | None = None
     sources: tuple[str, ...] = ()  # the namespaces its streams read (WatchRule)
     source_problem: Problem | None = None  # a sourceNamespace that was refused
+    reader: str = ""  # the ServiceAccount whose reads were checked ('' = not checked)
+    read_problem: Problem | None = None  # a type that ServiceAccount may not read
 
 
 # --- cross-namespace sources --------------------------------------------------------------
@@ -195,6 +197,46 @@ def _source_refusal(reader: str, source: str, grants: SourceGrants | None) -> Pr
     )
 
 
+# --- what a WatchRule's namespace may read (--tenant-service-account) ------------------------
+
+
+class ReadQuestion(NamedTuple):
+    """May the tenant ServiceAccount of namespace `reader` list and watch `group`/`resource` in
+    namespace `source`?"""
+
+    reader: str
+    source: str
+    group: str
+    resource: str
+
+
+@dataclass(frozen=True)
+class TenantReads:
+    """A WatchRule mirrors only the types that the ServiceAccount `service_account` of its own
+    namespace may list and watch in the namespace read: the operator's wide read access is
+    never lent to a tenant for more than its own. `answers` come from the API server
+    (SubjectAccessReviews); a question without an answer yet is refused."""
+
+    service_account: str
+    answers: Mapping[ReadQuestion, bool] = field(default_factory=dict)
+
+    def refusal(self, refused: Mapping[ReadQuestion, str]) -> Problem | None:
+        """RuleNotAuthorized for the questions refused (-> the type's name), naming the first."""
+        if not refused:
+            return None
+        (question, gvr), more = next(iter(refused.items())), len(refused) - 1
+        who = f"ServiceAccount {self.service_account!r} of namespace {question.reader!r}"
+        what = f"{gvr} in namespace {question.source!r}"
+        if question in self.answers:
+            message = f"{who} may not list and watch {what}"
+        else:
+            message = f"{who}: whether it may list and watch {what} could not be checked yet"
+        return Problem(
+            c.RULE_NOT_AUTHORIZED,
+            message + (f" (and {more} more)" if more else "") + ": not mirrored",
+        )
+
+
 @dataclass
 class Plan:
     clusters: dict[str, ClusterPlan] = field(default_factory=dict)
@@ -203,6 +245,7 @@ class Plan:
     rules: dict[tuple[str, ObjKey], RulePlan] = field(default_factory=dict)
     streams: dict[str, StreamSpec] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
+    read_questions: set[ReadQuestion] = field(default_factory=set)  # with `TenantReads`
 
     def streams_of(self, target: TargetKey) -> list[StreamSpec]:
         return [s for s in self.streams.values() if s.target == target]
@@ -445,10 +488,13 @@ def compile_plan(
     grants: SourceGrants | None = None,
     cluster_providers: Iterable[Mapping[str, Any]] = (),
     remote_discovered: Mapping[str, list[Discovered]] | None = None,
+    reads: TenantReads | None = None,
 ) -> Plan:
     """`grants`: who may read which namespace (`source_grants`); None refuses every
     cross-namespace source (the operator's lockdown flag). `remote_discovered`: the served
-    types of each ClusterProvider's cluster, once it has been reached."""
+    types of each ClusterProvider's cluster, once it has been reached. `reads`: what each
+    WatchRule's namespace may read in its own cluster (None: not checked); the questions
+    asked of it are in `Plan.read_questions`."""
     plan = Plan()
     for obj in cluster_providers:
         cluster_plan = _evaluated(
@@ -491,7 +537,8 @@ def compile_plan(
         kind: str, obj: Mapping[str, Any], spec_type: type[Any], namespaced: bool
     ) -> tuple[RulePlan, Contribution, tuple[TargetKey, str] | None]:
         """The rule's plan, the streams it adds and the cluster it claims for its target;
-        nothing is added to the plan here, so a rule that raises leaves no trace."""
+        only the read questions it asks go into the plan here, so a rule that raises adds no
+        stream."""
         key, gen = _key(obj), _generation(obj)
         try:
             spec = spec_type.model_validate(obj.get("spec") or {})
@@ -529,6 +576,8 @@ def compile_plan(
         unresolved: list[str] = []
         sources: set[str] = set()
         refused: list[Problem] = []
+        checked = reads if namespaced and not cluster else None
+        not_readable: dict[ReadQuestion, str] = {}
         for rule in spec.rules:
             namespace = (getattr(rule, "source_namespace", None) or key[0]) if namespaced else ""
             if namespaced and not cluster:  # a ClusterProvider's grant covers its cluster
@@ -557,6 +606,14 @@ def compile_plan(
             )
             for item in items:
                 resolved.append(item.rtype.gvr)
+                if checked is not None:
+                    question = ReadQuestion(
+                        key[0], namespace, item.rtype.group, item.rtype.resource
+                    )
+                    plan.read_questions.add(question)
+                    if not checked.answers.get(question, False):
+                        not_readable[question] = item.rtype.gvr
+                        continue
                 spec_ = StreamSpec(
                     target_key, item.rtype, namespace, (selector,), frozenset(), cluster, route
                 )
@@ -594,6 +651,8 @@ def compile_plan(
             problem,
             tuple(sorted(sources)),
             refused[0] if refused else None,
+            checked.service_account if checked is not None else "",
+            checked.refusal(not_readable) if checked is not None else None,
         )
         return rule_plan, contribution, (target_key, cluster)
 

@@ -44,7 +44,9 @@ from kubescribe.controller.status import (
     kstatus,
 )
 from kubescribe.controller.streams import StreamSpec, TargetStream
+from kubescribe.controller.tenantreads import TenantReadReviews
 from kubescribe.controller.webhooks import ChangeWebhook
+from kubescribe.git.cachequota import NamespaceCache
 from kubescribe.git.targets import Committer, KustomizeConfig, TargetConfig, WriteReport
 from kubescribe.git.worker import BranchWorker
 from kubescribe.kube.client import ApiError, KubeClient
@@ -106,6 +108,9 @@ class Settings:
     changes_webhook: tuple[str, Callable[[], bytes]] | None = None
     attribution_sources: tuple[str, ...] = ()  # audit, admission: what can name authors
     kustomize: str | None = None  # the kustomize binary for GitTarget render checks
+    cache_quota: int = 0  # bytes each namespace's clones may hold in the cache (0: no quota)
+    # set: a WatchRule mirrors only what this ServiceAccount of its namespace may read
+    tenant_service_account: str = ""
 
 
 class _Cache:
@@ -159,6 +164,7 @@ class Manager:
         self._streams: dict[str, _Running] = {}
         self._workers: dict[WorkerKey, BranchWorker] = {}
         self._stopping: dict[WorkerKey, asyncio.Task[None]] = {}
+        self._namespace_caches: dict[str, NamespaceCache] = {}
         self._relist: set[str] = set()  # streams to list afresh, not resume from a cursor
         self._cursors = CursorKeeper(self.settings.cursors)
         self._shards: Shards | None = None
@@ -175,6 +181,11 @@ class Manager:
         self._webhook = (
             ChangeWebhook(client, *self.settings.changes_webhook)
             if self.settings.changes_webhook
+            else None
+        )
+        self._tenant_reads = (
+            TenantReadReviews(client, self.settings.tenant_service_account)
+            if self.settings.tenant_service_account
             else None
         )
         self._clusters = ClusterProviders(
@@ -300,23 +311,10 @@ class Manager:
 
     # -- reconcile -------------------------------------------------------------------------
     async def _reconcile(self) -> None:
-        caches = self._caches
-        self.plan = compile_plan(
-            caches["GitProvider"].objects.values(),
-            caches["GitTarget"].objects.values(),
-            caches["WatchRule"].objects.values(),
-            caches["ClusterWatchRule"].objects.values(),
-            [item for item, _ in self._discovered.values()],
-            self.settings.noise,
-            allow_file_urls=self.settings.allow_file_urls,
-            grants=(
-                source_grants(self._namespaces.objects.values())
-                if self.settings.cross_namespace_sources
-                else None
-            ),
-            cluster_providers=caches["ClusterProvider"].objects.values(),
-            remote_discovered=self._clusters.discovered(),
-        )
+        plan = self._compile()
+        if self._tenant_reads is not None:
+            plan = await self._with_read_answers(self._tenant_reads, plan)
+        self.plan = plan
         self._report_plan_failures()
         self._clusters.sync(self.plan.clusters)
         await self._providers.sync(self.plan.providers)
@@ -361,6 +359,36 @@ class Manager:
         for kind in OWN_TYPES:
             metrics.PLAN_FAILURES.labels(kind).set(sum(1 for f in failures if f.kind == kind))
 
+    async def _with_read_answers(self, reads: TenantReadReviews, plan: Plan) -> Plan:
+        """The plan again with the answers to what it asked; a rule that arrived while the API
+        server answered brings questions of its own (asked at the next reconcile after three
+        rounds)."""
+        for _ in range(3):
+            if not await reads.refresh(plan.read_questions):
+                break
+            plan = self._compile()
+        return plan
+
+    def _compile(self) -> Plan:
+        caches = self._caches
+        return compile_plan(
+            caches["GitProvider"].objects.values(),
+            caches["GitTarget"].objects.values(),
+            caches["WatchRule"].objects.values(),
+            caches["ClusterWatchRule"].objects.values(),
+            [item for item, _ in self._discovered.values()],
+            self.settings.noise,
+            allow_file_urls=self.settings.allow_file_urls,
+            grants=(
+                source_grants(self._namespaces.objects.values())
+                if self.settings.cross_namespace_sources
+                else None
+            ),
+            cluster_providers=caches["ClusterProvider"].objects.values(),
+            remote_discovered=self._clusters.discovered(),
+            reads=self._tenant_reads.known() if self._tenant_reads is not None else None,
+        )
+
     def _apply_workers(self) -> None:
         by_worker: dict[WorkerKey, list[TargetPlan]] = {}
         for target in self.plan.targets.values():
@@ -395,7 +423,8 @@ class Manager:
                     url=provider.spec.url,
                     branch=key.branch,
                     # Each namespace keeps its own clone: nothing one writes is another's base.
-                    cache_dir=self.settings.cache_dir / "namespaces" / key.namespace,
+                    cache_dir=self._namespace_cache(key.namespace).directory,
+                    cache_quota=self._namespace_cache(key.namespace),
                     committer=Committer(committer.name, committer.email),
                     on_report=self._on_report,
                     on_pushed=self._on_pushed,
@@ -409,6 +438,17 @@ class Manager:
                 worker = existing
             worker.configure([self._target_config(t) for t in targets])
             self._providers.assign(key, [t.provider.key for t in targets if t.provider], worker)
+
+    def _namespace_cache(self, namespace: str) -> NamespaceCache:
+        """The folder of a namespace's clones and its quota, one for all its workers."""
+        cache = self._namespace_caches.get(namespace)
+        if cache is None:
+            cache = self._namespace_caches[namespace] = NamespaceCache(
+                self.settings.cache_dir / "namespaces" / namespace,
+                self.settings.cache_quota,
+                namespace,
+            )
+        return cache
 
     async def _hand_over(self, key: WorkerKey, worker: BranchWorker) -> None:
         """Write and push what the worker holds, save its cursors, then let the Lease go."""

@@ -155,4 +155,10 @@ def rule_conditions(r: RulePlan, target_writable: bool) -> list[Cond]:
                 f"Reading namespace {', '.join(r.sources) or r.key[0]}",
             )
         )
+    if r.read_problem is not None:
+        problem = r.read_problem
+        domain.append(Cond(c.READ_AUTHORIZED, "False", problem.reason, problem.message))
+    elif r.reader:
+        message = f"ServiceAccount {r.reader!r} may list and watch every type the rules name"
+        domain.append(Cond(c.READ_AUTHORIZED, "True", c.READ_AUTHORIZED, message))
     return domain

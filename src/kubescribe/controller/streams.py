@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import time
@@ -111,8 +112,10 @@ class TargetStream:
         admitted: tuple[frozenset[str], ...] | None = None,
         room: Callable[[], Awaitable[None]] | None = None,
         content: Content = FULL,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.spec = spec
+        self.wall = wall  # dates the observation for `latest_manager`
         self.room = room
         self.content = content
         self.admitted = admitted  # see `StreamSpec.admitted`; fixed for the stream's life
@@ -271,7 +274,9 @@ class TargetStream:
             cursor=Cursor(self.spec.key, rv),
             uid=str(meta.get("uid") or ""),
             audit_route=self.spec.audit_route,
-            field_manager=latest_manager(meta) if operation is not Operation.DELETE else "",
+            field_manager=(
+                latest_manager(meta, self.wall()) if operation is not Operation.DELETE else ""
+            ),
         )
 
 
@@ -280,13 +285,33 @@ def _terminating(obj: Mapping[str, Any]) -> bool:
     return isinstance(meta, Mapping) and bool(meta.get("deletionTimestamp"))
 
 
-def latest_manager(meta: Mapping[str, Any]) -> str:
+# How far a managedFields time may lie after the observation (clock skew, second precision).
+FUTURE_ALLOWANCE = 2.0
+
+
+def latest_manager(meta: Mapping[str, Any], observed: float) -> str:
     """The manager of the most recent managedFields entry (the last writer, as a tool name);
-    '' when the newest time (second precision) is shared by different managers."""
-    entries = [e for e in meta.get("managedFields") or [] if isinstance(e, Mapping)]
-    newest = max((str(e.get("time") or "") for e in entries), default="")
-    managers = {str(e.get("manager") or "") for e in entries if str(e.get("time") or "") == newest}
-    return managers.pop() if newest and len(managers) == 1 else ""
+    '' when the newest time (second precision) is shared by different managers.
+
+    Whoever may update an object may write its managedFields, times included: entries dated
+    more than `FUTURE_ALLOWANCE` seconds after `observed` (Unix time) or without a readable
+    time are ignored, so no entry can stay "the newest" and name every later change."""
+    dated: list[tuple[dt.datetime, str]] = []
+    for entry in meta.get("managedFields") or []:
+        when = _entry_time(entry) if isinstance(entry, Mapping) else None
+        if when is not None and when.timestamp() <= observed + FUTURE_ALLOWANCE:
+            dated.append((when, str(entry.get("manager") or "")))
+    newest = max((when for when, _ in dated), default=None)
+    managers = {manager for when, manager in dated if when == newest}
+    return managers.pop() if len(managers) == 1 else ""
+
+
+def _entry_time(entry: Mapping[str, Any]) -> dt.datetime | None:
+    try:
+        when = dt.datetime.fromisoformat(str(entry.get("time") or ""))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
 
 
 def merge_operations(lists: Sequence[Sequence[str]]) -> frozenset[Operation]:

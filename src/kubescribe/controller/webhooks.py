@@ -1,9 +1,9 @@
 """The change admission webhook's registration, kept in step with what is watched.
 
 With `--changes-webhook-url`, the operator owns one ValidatingWebhookConfiguration whose rules
-are the types its streams watch in its own cluster. It never denies (`failurePolicy: Ignore`,
-the handler always allows), has no side effects, and a short timeout: it only records who
-wrote what, for attribution on clusters without an audit webhook.
+are the types its streams watch in its own cluster, in the namespaces they watch. It never
+denies (`failurePolicy: Ignore`, the handler always allows), has no side effects, and a short
+timeout: it only records who wrote what, for attribution on clusters without an audit webhook.
 """
 
 from __future__ import annotations
@@ -27,42 +27,95 @@ PATH = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 TIMEOUT_SECONDS = 2
 
 
+EXCLUDED_NAMESPACES = frozenset({"kube-system", "kube-node-lease"})
+"""Writes here never wait on the webhook, whoever mirrors them: the control plane's own."""
+NEVER_REGISTERED = frozenset(
+    {("coordination.k8s.io", "leases"), ("", "events"), ("events.k8s.io", "events")}
+)
+"""Written all the time by every node and controller: a webhook on them would put the operator
+in the path of the whole cluster's heartbeat (their authors come from audit, or nowhere)."""
+NAME_LABEL = "kubernetes.io/metadata.name"
+
+Gvr = tuple[str, str, str]
+_EVERY = "*"  # a stream of a namespaced type in every namespace (a ClusterWatchRule)
+
+
 def registration(url: str, ca_pem: bytes, streams: Iterable[StreamSpec]) -> dict[str, Any] | None:
-    """The ValidatingWebhookConfiguration for the local streams' types; None when none."""
-    types = sorted(
-        {(s.rtype.group, s.rtype.version, s.rtype.resource) for s in streams if not s.cluster}
-    )
-    if not types:
+    """The ValidatingWebhookConfiguration for the local streams' types; None when none.
+
+    Each entry selects only the namespaces its types are watched in (types watched in the same
+    namespaces share an entry), so one tenant's WatchRule never puts the operator in the path
+    of another namespace's writes; cluster-scoped types have an entry of their own.
+    """
+    namespaced: dict[Gvr, set[str]] = {}
+    cluster: set[Gvr] = set()
+    for s in streams:
+        t = s.rtype
+        if s.cluster or (t.group, t.resource) in NEVER_REGISTERED:
+            continue
+        gvr = (t.group, t.version, t.resource)
+        if not t.namespaced:
+            cluster.add(gvr)
+        elif s.namespace not in EXCLUDED_NAMESPACES:
+            namespaced.setdefault(gvr, set()).add(s.namespace or _EVERY)
+    by_namespaces: dict[frozenset[str], list[Gvr]] = {}
+    for gvr, names in namespaced.items():
+        key = frozenset({_EVERY}) if _EVERY in names else frozenset(names)
+        by_namespaces.setdefault(key, []).append(gvr)
+    webhooks = [
+        _webhook(f"namespaces-{i}", url, ca_pem, types, "Namespaced", _selector(names))
+        for i, (names, types) in enumerate(
+            sorted(by_namespaces.items(), key=lambda e: sorted(e[0]))
+        )
+    ]
+    if cluster:
+        webhooks.append(_webhook("cluster", url, ca_pem, cluster, "Cluster", None))
+    if not webhooks:
         return None
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": NAME, "labels": dict(MANAGED_BY)},
+        "webhooks": webhooks,
+    }
+
+
+def _selector(names: frozenset[str]) -> dict[str, Any]:
+    if _EVERY in names:
+        expression = {"operator": "NotIn", "values": sorted(EXCLUDED_NAMESPACES)}
+    else:
+        expression = {"operator": "In", "values": sorted(names)}
+    return {"matchExpressions": [{"key": NAME_LABEL, **expression}]}
+
+
+def _webhook(
+    name: str,
+    url: str,
+    ca_pem: bytes,
+    types: Iterable[Gvr],
+    scope: str,
+    namespaces: dict[str, Any] | None,
+) -> dict[str, Any]:
     rules = [
         {
             "apiGroups": [group],
             "apiVersions": [version],
             "resources": [resource],
             "operations": ["CREATE", "UPDATE", "DELETE"],
-            "scope": "*",
+            "scope": scope,
         }
-        for group, version, resource in types
+        for group, version, resource in sorted(types)
     ]
     return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": NAME, "labels": dict(MANAGED_BY)},
-        "webhooks": [
-            {
-                "name": "changes.attribution.kubescribe.io",
-                "clientConfig": {
-                    **client_config(url),
-                    "caBundle": base64.b64encode(ca_pem).decode(),
-                },
-                "rules": rules,
-                "failurePolicy": "Ignore",
-                "sideEffects": "None",
-                "timeoutSeconds": TIMEOUT_SECONDS,
-                "admissionReviewVersions": ["v1"],
-                "matchPolicy": "Equivalent",
-            }
-        ],
+        "name": f"{name}.changes.attribution.kubescribe.io",
+        "clientConfig": {**client_config(url), "caBundle": base64.b64encode(ca_pem).decode()},
+        "rules": rules,
+        **({"namespaceSelector": namespaces} if namespaces is not None else {}),
+        "failurePolicy": "Ignore",
+        "sideEffects": "None",
+        "timeoutSeconds": TIMEOUT_SECONDS,
+        "admissionReviewVersions": ["v1"],
+        "matchPolicy": "Equivalent",
     }
 
 
@@ -114,7 +167,8 @@ class ChangeWebhook:
             log.warning("webhook.sync_failed", status=exc.status, error=exc.message)
             return
         self._applied = fingerprint
-        log.info("webhook.registered", types=len(wanted["webhooks"][0]["rules"]) if wanted else 0)
+        types = sum(len(w["rules"]) for w in wanted["webhooks"]) if wanted else 0
+        log.info("webhook.registered", types=types)
 
     async def _get(self) -> dict[str, Any] | None:
         try:

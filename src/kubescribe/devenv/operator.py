@@ -11,13 +11,16 @@ import urllib.request
 from pathlib import Path
 
 from kubescribe.devenv.controlplane import free_port
+from kubescribe.devenv.redis import DEV_HMAC_KEY
+from kubescribe.store.redis_options import HMAC_KEY_ENV
 
 
 class OperatorProcess:
     """The operator with its JSON logs in `log_path` and metrics on a free loopback port.
 
     `allow_file_urls` is on by default: the local bare remotes used here are paths, which a real
-    deployment refuses.
+    deployment refuses. With `--redis-url` it signs Redis entries with a fixed development key
+    unless the environment names one.
     """
 
     def __init__(
@@ -52,7 +55,12 @@ class OperatorProcess:
                 stdin=subprocess.DEVNULL,
                 # As the image runs it: two malloc arenas, not one per thread that ever
                 # allocated (glibc's default lets a long run's memory fragment and grow).
-                env={**os.environ, "PYTHONUNBUFFERED": "1", "MALLOC_ARENA_MAX": "2"},
+                env={
+                    HMAC_KEY_ENV: DEV_HMAC_KEY,
+                    **os.environ,
+                    "PYTHONUNBUFFERED": "1",
+                    "MALLOC_ARENA_MAX": "2",
+                },
             )
         return self
 

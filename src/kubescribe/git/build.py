@@ -34,7 +34,7 @@ from kubescribe.git.targets import (
 )
 from kubescribe.git.tree import TreeConflict, edit_tree
 from kubescribe.gitnames import has_reserved_segment
-from kubescribe.mirror import docedit, messages
+from kubescribe.mirror import boundedyaml, docedit, messages
 from kubescribe.mirror.authors import Author
 from kubescribe.mirror.changes import Change, Operation, PruneMode, Snapshot, TargetKey
 from kubescribe.mirror.identity import CORE_GROUP, Identity, ResourceType, identity_of
@@ -553,6 +553,7 @@ class Build:
                 blob = self.repo[entry.oid]
                 assert isinstance(blob, pygit2.Blob)
                 try:
+                    boundedyaml.check(blob.data)
                     loaded = load_yaml(blob.data)
                 except Exception:
                     loaded = None
@@ -598,6 +599,7 @@ class Build:
             if data is None or chain is None:
                 continue
             try:
+                boundedyaml.check(data)
                 docs = load_yaml_all(data)
             except Exception:
                 continue
@@ -903,6 +905,11 @@ class Build:
                 if identity in index
             ]
             metrics.DUPLICATES.labels(str(key)).set(len(index.duplicated))
+            result.failing += [
+                (_file_identity(path), c.FILE_TOO_LARGE, f"{path}: {why}; not read, left alone")
+                for path, why in index.oversized
+            ]
+            metrics.OVERSIZED.labels(str(key)).set(len(index.oversized))
         return Outcome(
             pushed,
             self.results,
@@ -924,6 +931,11 @@ def _signature(author: Author) -> pygit2.Signature:
         return value or fallback
 
     return pygit2.Signature(clean(author.name, "unknown"), clean(author.email, "unknown"))
+
+
+def _file_identity(path: str) -> Identity:
+    """How status names a file that holds no known document (`File <path>`)."""
+    return Identity("", "File", "", path)
 
 
 def _sort_key(identity: Identity) -> tuple[str, str, str, str]:

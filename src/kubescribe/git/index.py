@@ -15,7 +15,9 @@ import pygit2
 import yaml
 from pygit2.enums import FileMode
 
+from kubescribe import metrics
 from kubescribe.git.lookup_names import lookup_name
+from kubescribe.mirror import boundedyaml
 from kubescribe.mirror.docedit import is_multi, split
 from kubescribe.mirror.identity import Identity, identity_from_header, identity_of
 from kubescribe.mirror.yamlfmt import load_yaml
@@ -55,13 +57,15 @@ def identify_all(data: bytes) -> Held:
 
 def identify(data: bytes) -> Identity | None:
     """The identity a file holds; None for anything that is not one Kubernetes object
-    (other YAML, multi-document files, invalid YAML)."""
+    (other YAML, multi-document files, invalid YAML). Raises `boundedyaml.RefusedYaml` for
+    a file it will not parse (too large, too deep, too many nodes)."""
     if _DOCUMENT_MARKER.search(data) is None:
         found = identity_from_header(data)
         values = (found.group, found.kind, found.namespace, found.name) if found else ()
         if found is not None and all(_PLAIN_VALUE.fullmatch(v) for v in values if v):
             return found
     try:
+        boundedyaml.check(data, expanded=False)  # only the identity is read: aliases stay shared
         obj = load_yaml(data)
     except (yaml.YAMLError, ValueError):  # ValueError: not UTF-8
         return None
@@ -75,7 +79,9 @@ class TargetIndex:
     `tree_id` is the id of the folder's tree the index describes (None: the folder does not
     exist). Files that hold no identity are remembered by path so nothing overwrites them.
     When two files hold the same identity, the first in tree order is the document and the
-    others are listed in `duplicates` and left alone.
+    others are listed in `duplicates` and left alone. Files too large to read (over
+    `boundedyaml.MAX_FILE_BYTES`, or over its node cap) are never parsed: they are left alone
+    like unidentified files and listed in `oversized`.
     """
 
     def __init__(self, folder: str, tree_id: pygit2.Oid | None = None) -> None:
@@ -86,6 +92,9 @@ class TargetIndex:
         self._unidentified: set[pygit2.Oid] = set()
         # What each blob of the folder holds, as read (before any translation).
         self._blob_ids: dict[pygit2.Oid, Held] = {}
+        # Blobs too large to read, with why; (path, why) of the files that hold them.
+        self._oversized_blobs: dict[pygit2.Oid, str] = {}
+        self.oversized: list[tuple[str, str]] = []
         self.duplicates: list[str] = []
         # (path of the ignored copy, identity, path of the document that counts)
         self.duplicated: list[tuple[str, Identity, str]] = []
@@ -115,6 +124,7 @@ class TargetIndex:
             return index
         known: dict[pygit2.Oid, Held] = {}
         if previous is not None:
+            index._oversized_blobs.update(previous._oversized_blobs)
             known.update(previous._blob_ids)
             if previous.translation is None:
                 known.update(
@@ -143,14 +153,18 @@ class TargetIndex:
             if entry.filemode not in _BLOB_MODES or not name.endswith(YAML_SUFFIXES):
                 continue
             oid = entry.id
+            path = prefix + name
             if oid in known:
                 held = known[oid]
             else:
-                blob = repo[oid]
-                assert isinstance(blob, pygit2.Blob)
-                held = identify_all(blob.data)
+                read = self._oversized_blobs.get(oid) or self._read(repo, oid)
+                if isinstance(read, str):  # too large to read: why
+                    self._oversized_blobs[oid] = read
+                    self.oversized.append((path, read))
+                    self._by_path[path] = None  # nothing is written over it
+                    continue
+                held = read
             self._blob_ids[oid] = held
-            path = prefix + name
             if isinstance(held, tuple):
                 self._by_path[path] = None  # nothing else is written over it
                 for found in held:
@@ -171,6 +185,23 @@ class TargetIndex:
             else:
                 self._by_path[path] = None
 
+    def _read(self, repo: pygit2.Repository, oid: pygit2.Oid) -> Held | str:
+        """What a blob holds, or why it is too large to read (its size is checked before
+        it is loaded; a file refused for other bounds holds nothing)."""
+        _, size = repo.odb.read_header(oid)
+        if size > boundedyaml.MAX_FILE_BYTES:
+            metrics.REFUSED_FILES.labels(boundedyaml.TOO_LARGE).inc()
+            return f"{size} bytes, more than the {boundedyaml.MAX_FILE_BYTES >> 20} MiB cap"
+        blob = repo[oid]
+        assert isinstance(blob, pygit2.Blob)
+        try:
+            return identify_all(blob.data)
+        except boundedyaml.RefusedYaml as refused:
+            metrics.REFUSED_FILES.labels(refused.reason).inc()
+            if refused.reason == boundedyaml.TOO_MANY_NODES:
+                return str(refused)
+            return None
+
     def _add(self, identity: Identity, entry: Entry) -> bool:
         """Index a document found in the tree; False for a second copy of an identity (the
         first in tree order counts, the others are left alone and listed)."""
@@ -188,6 +219,8 @@ class TargetIndex:
         new._by_path = dict(self._by_path)
         new._unidentified = set(self._unidentified)
         new._blob_ids = self._blob_ids
+        new._oversized_blobs = self._oversized_blobs
+        new.oversized = list(self.oversized)
         new.duplicates = list(self.duplicates)
         new.duplicated = list(self.duplicated)
         new.translation = self.translation

@@ -10,6 +10,7 @@ Format: git's pack v2 (undeltified entries) with an index v2, as in gitformat-pa
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import struct
@@ -21,14 +22,24 @@ from pathlib import Path
 _LARGE_OFFSET = 0x80000000
 
 
+class PackTooLarge(OSError):
+    """The pack and its index would take more than the bytes allowed (nothing is kept)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(errno.EDQUOT, f"the new pack would exceed {max_bytes} bytes")
+
+
 def write_objects(
-    git_dir: str | Path, objects: Iterable[tuple[bytes, int, bytes]], level: int = 1
+    git_dir: str | Path,
+    objects: Iterable[tuple[bytes, int, bytes]],
+    level: int = 1,
+    max_bytes: int | None = None,
 ) -> str | None:
     """Store `objects` ((raw id, libgit2 type, raw content) triples, the ids as libgit2
     computed them) in one new pack of the repository at `git_dir`, compressed at zlib `level`;
     returns the pack's name (`pack-<checksum>`), None when there was nothing to write. Entries
     stream to the file, so a large pack never sits in memory whole; duplicates are written
-    once."""
+    once. PackTooLarge, as soon as the pack and its index would exceed `max_bytes`."""
     directory = Path(git_dir) / "objects" / "pack"
     directory.mkdir(parents=True, exist_ok=True)
     entries: dict[bytes, tuple[int, int]] = {}  # raw id -> (offset, crc32)
@@ -42,6 +53,8 @@ def write_objects(
                 entry = _entry_header(kind, len(data)) + zlib.compress(data, level)
                 entries[raw] = (f.tell(), zlib.crc32(entry))
                 f.write(entry)
+                if max_bytes is not None and f.tell() + _index_size(len(entries)) > max_bytes:
+                    raise PackTooLarge(max_bytes)
             if not entries:
                 return None
             f.seek(8)
@@ -60,6 +73,11 @@ def write_objects(
         Path(tmp).unlink(missing_ok=True)
     _write_atomic(directory / f"{stem}.idx", _index(entries, pack_sum))
     return stem
+
+
+def _index_size(count: int) -> int:
+    """Bytes of a pack's trailer and version 2 index for `count` objects (below 2 GiB)."""
+    return 20 + 8 + 256 * 4 + count * (20 + 4 + 4) + 2 * 20
 
 
 def _index(entries: dict[bytes, tuple[int, int]], pack_sum: bytes) -> bytes:

@@ -39,15 +39,16 @@ class PendingObjects(pygit2.OdbBackend):
     def __len__(self) -> int:
         return len(self._objects)
 
-    def flush(self) -> int:
-        """Write the pending objects as one pack; returns how many were written.
+    def flush(self, max_bytes: int | None = None) -> int:
+        """Write the pending objects as one pack of at most `max_bytes` (`PackTooLarge` past
+        it); returns how many were written.
 
         Uncompressed: deflating is most of the cost of a batch's pack (a tree is mostly object
         ids, which do not compress), and the cache's upkeep compresses what it keeps."""
         count = len(self._objects)
         if count:
             objects = ((oid.raw, kind, data) for oid, (kind, data) in self._objects.items())
-            write_objects(self._git_dir, objects, level=0)
+            write_objects(self._git_dir, objects, level=0, max_bytes=max_bytes)
             self._objects.clear()
         return count
 

@@ -81,11 +81,13 @@ class TidyFailed(OSError):
     """The child process that tidied the cache failed (its error in the message)."""
 
 
-def tidy(repo: pygit2.Repository, garbage: bool = True) -> TidyResult:
+def tidy(repo: pygit2.Repository, garbage: bool = True, max_bytes: int | None = None) -> TidyResult:
     """Merge the small packs into one (see module); when that takes every pack and the cache
     may hold `garbage` (objects of a build whose push failed, of a cache an earlier process
     left), repack the reachable objects instead. Without garbage, merging every pack costs
-    a copy of each object, the repack a walk of every commit's trees.
+    a copy of each object, the repack a walk of every commit's trees. The new pack may take
+    at most `max_bytes` (the cache quota's room: fetched packs hold deltas, the new one does
+    not); past that the tidy fails (`PackTooLarge`, or `TidyFailed` from the child).
 
     The caller holds the cache exclusively (no other build or fetch reads it meanwhile) and
     opens the repository afresh afterwards: this instance still maps the removed packs.
@@ -96,21 +98,30 @@ def tidy(repo: pygit2.Repository, garbage: bool = True) -> TidyResult:
     merge = packs_to_merge([sizes[idx] for idx in ordered])
     if merge == len(ordered) and (garbage or merge < 2):  # < 2: loose objects only, or one pack
         if sum(sizes.values()) >= CHILD_FROM:
-            return _in_child(repo.path, ["repack"])
-        return repack(repo)
+            return _in_child(repo.path, [_bound(max_bytes), "repack"])
+        return repack(repo, max_bytes)
     if merge == 0:
         return TidyResult("none", 0, 0, 0, len(ordered))
     small = ordered[:merge]
     if sum(sizes[idx] for idx in small) >= CHILD_FROM:
-        return _in_child(repo.path, ["merge", *(idx.name for idx in small)])
-    return _merge(repo, small, len(ordered))
+        return _in_child(repo.path, [_bound(max_bytes), "merge", *(idx.name for idx in small)])
+    return _merge(repo, small, len(ordered), max_bytes)
 
 
-def _merge(repo: pygit2.Repository, small: list[Path], packs: int) -> TidyResult:
+def _bound(max_bytes: int | None) -> str:
+    """`max_bytes` as the child's argument ("-": none)."""
+    return "-" if max_bytes is None else str(max_bytes)
+
+
+def _merge(
+    repo: pygit2.Repository, small: list[Path], packs: int, max_bytes: int | None = None
+) -> TidyResult:
     """Write the objects of the `small` packs (of `packs` in all) as one pack, remove them."""
     odb = repo.odb
     ids = [oid for idx in small for oid in _object_ids(idx)]
-    written = write_objects(repo.path, ((oid.raw, *odb.read(oid)) for oid in ids))
+    written = write_objects(
+        repo.path, ((oid.raw, *odb.read(oid)) for oid in ids), max_bytes=max_bytes
+    )
     for idx in small:
         if idx.stem != written:
             idx.with_suffix(".pack").unlink(missing_ok=True)
@@ -146,14 +157,16 @@ def _object_ids(idx: Path) -> list[pygit2.Oid]:
     return [pygit2.Oid(raw=names[i : i + 20]) for i in range(0, len(names), 20)]
 
 
-def repack(repo: pygit2.Repository) -> TidyResult:
+def repack(repo: pygit2.Repository, max_bytes: int | None = None) -> TidyResult:
     """Replace the packs and loose objects of `repo` by one pack of the reachable objects
     (same terms for the caller as `tidy`)."""
     objects = Path(repo.path) / "objects"
     before = {p.name for p in (objects / "pack").glob("pack-*")}
     reachable = list(_reachable(repo))
     odb = repo.odb
-    stem = write_objects(repo.path, ((oid.raw, *odb.read(oid)) for oid in reachable))
+    stem = write_objects(
+        repo.path, ((oid.raw, *odb.read(oid)) for oid in reachable), max_bytes=max_bytes
+    )
     kept = {f"{stem}.pack", f"{stem}.idx"} if stem is not None else set()
     packs_removed = 0
     for name in before - kept:
@@ -202,18 +215,19 @@ def _tree(repo: pygit2.Repository, oid: pygit2.Oid, seen: set[pygit2.Oid]) -> It
 
 
 def _main(argv: list[str]) -> None:
-    """The child's side of `_in_child`: `<git dir> repack` or `<git dir> merge <idx>...`;
-    prints the result as JSON."""
-    git_dir, kind, *names = argv
+    """The child's side of `_in_child`: `<git dir> <max bytes> repack` or `<git dir>
+    <max bytes> merge <idx>...`; prints the result as JSON."""
+    git_dir, bound, kind, *names = argv
+    max_bytes = None if bound == "-" else int(bound)
     # Each object is read once: libgit2's object cache would only hold the peak higher.
     pygit2.settings.enable_caching(False)
     repo = pygit2.Repository(git_dir)
     if kind == "repack":
-        result = repack(repo)
+        result = repack(repo, max_bytes)
     else:
         directory = Path(git_dir) / "objects" / "pack"
         packs = sum(1 for _ in directory.glob("pack-*.idx"))
-        result = _merge(repo, [directory / name for name in names], packs)
+        result = _merge(repo, [directory / name for name in names], packs, max_bytes)
     print(json.dumps(asdict(result)))
 
 

@@ -83,6 +83,10 @@ class RemoteUnavailable(RemoteError):
     default_reason = str(GitFailure.REMOTE_UNREACHABLE)
 
 
+class TransferTooLarge(Exception):
+    """A fetch was aborted: the remote sent more bytes than the fetch's limit."""
+
+
 class SigningUnavailable(Exception):
     """Commits must be signed and the key is not available: nothing is committed."""
 
@@ -216,14 +220,17 @@ class GitRepository:
             self.repo.remotes.create("origin", public, "+refs/heads/*:refs/remotes/origin/*")
         self._remote = self.repo.remotes.create_anonymous(url)
 
-    def fetch(self, branch: str) -> pygit2.Oid | None:
-        """The remote tip of `branch` (its objects fetched), or None if it does not exist."""
+    def fetch(self, branch: str, limit: int | None = None) -> pygit2.Oid | None:
+        """The remote tip of `branch` (its objects fetched), or None if it does not exist.
+        TransferTooLarge when the remote sends more than `limit` bytes (the fetch stops)."""
         self._check_address("fetch")
         ref = _ref_name("refs/remotes/origin/", branch)
         # A fetch of a missing branch succeeds and leaves the ref alone: drop it first.
         if ref in self.repo.references:
             self.repo.references.delete(ref)
         callbacks = self._callbacks()
+        if limit is not None:
+            callbacks.transfer_progress = _limited(limit)  # type: ignore[method-assign,assignment]
         try:
             with self._lock:
                 self._remote.fetch(
@@ -231,6 +238,10 @@ class GitRepository:
                     callbacks=callbacks,
                     prune=FetchPrune.NO_PRUNE,
                 )
+        except TransferTooLarge:
+            # libgit2 leaves the remote's connection mid-transfer: the next fetch needs another.
+            self._remote = self.repo.remotes.create_anonymous(self.url)
+            raise
         except (pygit2.GitError, OSError) as exc:
             reason, message = self._classify(exc, callbacks)
             raise RemoteUnavailable(f"fetch failed: {message}", reason) from None
@@ -257,11 +268,12 @@ class GitRepository:
                 return target.removeprefix("refs/heads/")
         return None
 
-    def start_point(self, base_branch: str | None) -> pygit2.Oid | None:
+    def start_point(self, base_branch: str | None, limit: int | None = None) -> pygit2.Oid | None:
         """Where a branch missing on the remote starts: the tip of `base_branch`, or of the
-        remote's default branch; None (an orphan root) only when the remote has neither."""
+        remote's default branch; None (an orphan root) only when the remote has neither.
+        `limit` as for `fetch`."""
         base = base_branch or self.default_branch()
-        return self.fetch(base) if base else None
+        return self.fetch(base, limit) if base else None
 
     def push(self, branch: str, new_tip: pygit2.Oid, expected: pygit2.Oid | None = None) -> None:
         """Fast-forward the remote `branch` from `expected` to `new_tip` (created if missing);
@@ -351,6 +363,17 @@ class GitRepository:
         creds = callbacks.creds if isinstance(callbacks, GitCallbacks) else None
         reason, message = classify_git_error(exc, creds)
         return reason, redact(message, self.url)
+
+
+def _limited(limit: int) -> Callable[[pygit2.remotes.TransferProgress], None]:
+    """A transfer-progress callback that aborts the fetch past `limit` received bytes (an
+    exception raised there ends libgit2's transfer and comes out of `fetch` as it is)."""
+
+    def transfer_progress(stats: pygit2.remotes.TransferProgress) -> None:
+        if stats.received_bytes > limit:
+            raise TransferTooLarge(f"the remote sent more than {limit} bytes")
+
+    return transfer_progress
 
 
 def local_path(url: str) -> Path | None:

@@ -28,6 +28,7 @@ import structlog
 from kubescribe import metrics
 from kubescribe.api import conditions as c
 from kubescribe.git.build import Outcome, RequestResult, TargetResult
+from kubescribe.git.cachequota import CacheQuotaExceeded, NamespaceCache
 from kubescribe.git.intake import (
     Group,
     Intake,
@@ -85,6 +86,7 @@ class BranchWorker:
         resolver: AuthorResolver | None = None,
         clock: Callable[[], float] = time.monotonic,
         max_queued: int = MAX_QUEUED,
+        cache_quota: NamespaceCache | None = None,
     ) -> None:
         self.url = url
         self.branch = branch
@@ -117,6 +119,7 @@ class BranchWorker:
             callbacks=callbacks,
             max_rebuilds=max_rebuilds,
             logger=self._log,
+            quota=cache_quota,
         )
         self._intake = Intake(
             branch=branch,
@@ -355,7 +358,7 @@ class BranchWorker:
     def _failed(
         self, batch: list[Item], targets: Mapping[TargetKey, TargetConfig], exc: Exception
     ) -> None:
-        if isinstance(exc, RemoteError | SigningUnavailable | CacheUnwritable):
+        if isinstance(exc, RemoteError | SigningUnavailable | CacheUnwritable | CacheQuotaExceeded):
             reason, message = exc.reason, str(exc)
         else:
             reason, message = c.WRITE_FAILED, f"{type(exc).__name__}: {exc}"

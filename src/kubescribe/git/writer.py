@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -20,6 +21,8 @@ import pygit2
 from kubescribe import heap, metrics
 from kubescribe.api import conditions as c
 from kubescribe.git.build import Build, BuildCache, Outcome
+from kubescribe.git.cachequota import CacheQuotaExceeded, NamespaceCache
+from kubescribe.git.pack import PackTooLarge
 from kubescribe.git.pending import PendingObjects
 from kubescribe.git.repack import PACK_LIMIT, TidyResult, pack_count, tidy
 from kubescribe.git.repo import (
@@ -29,6 +32,7 @@ from kubescribe.git.repo import (
     PushDenied,
     PushRejected,
     RemoteUnavailable,
+    cache_path,
 )
 from kubescribe.git.targets import Committer, Item, TargetConfig
 from kubescribe.mirror.changes import TargetKey
@@ -75,6 +79,7 @@ class Writer:
         callbacks: CallbacksFactory | None,
         max_rebuilds: int,
         logger: Any,
+        quota: NamespaceCache | None = None,
     ) -> None:
         self.url = url
         self.branch = branch
@@ -83,6 +88,7 @@ class Writer:
         self.callbacks = callbacks
         self.max_rebuilds = max_rebuilds
         self.log = logger
+        self.quota = quota or NamespaceCache(cache_dir)  # the namespace's share of the cache
         self.repo: GitRepository | None = None
         self.pending: PendingObjects | None = None
         self.tidy_at = PACK_LIMIT  # packs on disk (of every branch sharing the cache)
@@ -120,7 +126,7 @@ class Writer:
     def remote_tip(self) -> pygit2.Oid | None:
         if not self.tip_known:
             started = time.perf_counter()
-            self.tip = self.open().fetch(self.branch)
+            self.tip = self.quota.fetch(lambda limit: self.open().fetch(self.branch, limit))
             self.tip_known = True
             self.log.info(
                 "writer.fetched",
@@ -138,7 +144,8 @@ class Writer:
         if tip is not None:
             return tip
         bases = sorted(c.base_branch for c in targets.values() if c.base_branch)
-        return self.open().start_point(bases[0] if bases else None)
+        base = bases[0] if bases else None
+        return self.quota.fetch(lambda limit: self.open().start_point(base, limit))
 
     def warm_up(self, targets: Mapping[TargetKey, TargetConfig]) -> None:
         """Fetch and index once at start so the first change does not pay for it."""
@@ -147,6 +154,9 @@ class Writer:
                 build = self._build(self.start(self.remote_tip(), targets), targets)
                 for config in targets.values():
                     build.index(config)
+        except CacheQuotaExceeded:  # the first write fetches again and reports
+            self.tip_known = False
+            self._refuse()
         except Exception as exc:  # the first write retries and reports
             self.tip_known = False
             self.log.warning("writer.warm_up_failed", error=str(exc))
@@ -165,7 +175,13 @@ class Writer:
         self.cache.keep_only(targets)
         try:
             with self.open().cache_lock.shared():
+                self.quota.check()  # what earlier writes added may have outgrown the quota
                 outcome = self._write(batch, targets)
+        except CacheQuotaExceeded:
+            self.tip_known = False
+            self._discard()
+            self._refuse()
+            raise
         except Exception as exc:
             # Unreachable, or a push that may or may not have landed: ask the remote next time.
             self.tip_known = False
@@ -179,6 +195,18 @@ class Writer:
             raise
         self._tidy(busy())
         return outcome
+
+    def _refuse(self) -> None:
+        """Remove this remote's clone: what a refused fetch brought, or what outgrew the
+        namespace's quota, leaves the disk (the next attempt fetches afresh)."""
+        self.quota.refused()
+        lock = self.open().cache_lock
+        with lock.exclusive():  # other branches of the remote share the clone
+            self._drop_repo()
+            shutil.rmtree(cache_path(self.cache_dir, self.url), ignore_errors=True)
+        self.cache.clear()
+        self.garbage = True
+        self.log.warning("cache.quota_exceeded", quota=self.quota.quota, used=self.quota.usage())
 
     def _build(self, base: pygit2.Oid | None, targets: Mapping[TargetKey, TargetConfig]) -> Build:
         return Build(self.open().repo, self.cache, self.committer, self.log, base, targets)
@@ -232,9 +260,14 @@ class Writer:
         raise AssertionError("unreachable")
 
     def _flush(self) -> None:
-        """The build's objects to disk as one pack: the push reads them from there."""
+        """The build's objects to disk as one pack: the push reads them from there. A batch
+        that would take the namespace past its quota is refused."""
         if self.pending is not None:
-            self.pending.flush()
+            with self.quota.room() as room:
+                try:
+                    self.pending.flush(room)
+                except PackTooLarge:
+                    raise CacheQuotaExceeded(self.quota.quota) from None
 
     def _discard(self) -> None:
         if self.pending is not None:
@@ -255,9 +288,9 @@ class Writer:
         started = time.perf_counter()
         result: TidyResult | None = None
         try:
-            with repo.cache_lock.exclusive():
-                result = tidy(repo.repo, self.garbage)
-        except OSError as exc:  # a full disk: the cache stays as it was, and still works
+            with repo.cache_lock.exclusive(), self.quota.room() as room:
+                result = tidy(repo.repo, self.garbage, room)
+        except OSError as exc:  # a full disk or quota: the cache stays as it was, and works
             self.tidy_at = packs + PACK_LIMIT
             self.log.warning("cache.tidy_failed", error=str(exc))
             return

@@ -51,7 +51,8 @@ class ObjectEvent:
 class AuthorResolver(Protocol):
     async def author_of(self, event: ObjectEvent, observed_at: float) -> Author | None:
         """The actor of `event`, waiting at most the grace period counted from `observed_at`
-        (a monotonic timestamp); None when no fact arrived in time."""
+        (a monotonic timestamp); None when no fact arrived in time; `UNRESOLVED` when facts
+        arrived but contradict each other (no guess may replace that answer)."""
         ...
 
 

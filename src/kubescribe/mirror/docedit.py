@@ -23,6 +23,7 @@ from ruamel.yaml.scalarstring import (
     SingleQuotedScalarString,
 )
 
+from kubescribe.mirror import boundedyaml
 from kubescribe.mirror.identity import Identity, identity_of
 from kubescribe.mirror.yamlfmt import dump_yaml, load_yaml_all, needs_quotes, order_document
 
@@ -64,8 +65,9 @@ def split(data: bytes) -> list[Part]:
     for a, b in itertools.pairwise(bounds):
         text = data[a:b]
         try:
+            boundedyaml.check(text)
             docs = load_yaml_all(text)
-        except Exception:  # one unreadable document: kept, never rewritten
+        except Exception:  # one unreadable or unbounded document: kept, never rewritten
             docs = []
         identity = identity_of(docs[0]) if len(docs) == 1 and isinstance(docs[0], dict) else None
         parts.append(Part(text, identity))
@@ -126,10 +128,14 @@ def _terminated(body: bytes) -> bytes:
 def adopt(previous: bytes, document: Mapping[str, Any], canonical: bytes) -> bytes:
     """What a document's text becomes: `previous` itself when its content already matches
     `document` (formatting is not a change), `canonical` for text the operator wrote (or text
-    that cannot be edited), otherwise `previous` edited in place where values differ."""
+    that cannot be edited), otherwise `previous` edited in place where values differ.
+
+    `previous` is whatever a repository writer pushed: one with an alias, or past the bounds
+    of `boundedyaml`, is never parsed and gets `canonical`."""
     if previous == canonical:
         return previous
     try:
+        boundedyaml.check(previous, aliases=False)
         (old,) = load_yaml_all(previous)
     except Exception:
         return canonical

@@ -99,17 +99,20 @@ _DEVICES = frozenset(
 # and whatever a template adds around `{name}`.
 MAX_NAME_BYTES = 200
 _SUFFIX_HEX = 12
+_SOPS = ENCRYPTED_SUFFIX.removesuffix(".yaml")
 
 
 def file_name(name: str) -> str:
     """The file-name form of an object name, one a clone can check out anywhere.
 
     Characters Windows refuses, control characters, non-ASCII characters, `%` and `~` are
-    percent-encoded (UTF-8, upper-case hex). A name that could collide with another on a
-    case-insensitive file system (it holds an upper-case letter), a Windows device name, a
-    name ending in `.` or space, and one longer than `MAX_NAME_BYTES` after encoding get a
-    stable suffix `~` + the first 12 hex digits of the SHA-256 of the exact name (long names
-    are cut first). Lower-case ASCII names without those characters stay as they are.
+    percent-encoded (UTF-8, upper-case hex), and so is the dot of a trailing `.sops`, so no
+    name can spell the encrypted suffix (`db.sops` and `db` keep files of their own). A name
+    that could collide with another on a case-insensitive file system (it holds an upper-case
+    letter), a Windows device name, a name ending in `.` or space, and one longer than
+    `MAX_NAME_BYTES` after encoding get a stable suffix `~` + the first 12 hex digits of the
+    SHA-256 of the exact name (long names are cut first). Lower-case ASCII names without
+    those characters stay as they are.
     """
     if name in ("", ".", ".."):
         return f"_{name}_"
@@ -120,6 +123,8 @@ def file_name(name: str) -> str:
         else:
             out.append(char)
     encoded = "".join(out)
+    if encoded.endswith(_SOPS):  # else `db.sops` would take `db`'s encrypted file
+        encoded = encoded.removesuffix(_SOPS) + "%2Esops"
     needs_suffix = (
         name.lower() != name
         or len(encoded) > MAX_NAME_BYTES

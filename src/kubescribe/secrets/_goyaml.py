@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from kubescribe.mirror import boundedyaml
+
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
 _UINT64_MAX = (1 << 64) - 1
@@ -207,36 +209,22 @@ _Loader.add_constructor("tag:yaml.org,2002:timestamp", _construct_timestamp)
 _Loader.add_multi_constructor("", _construct_unknown)
 
 
-MAX_DEPTH = 200  # nested maps and lists; the tree walks that follow are recursive
-
-
-def _check_shape(doc: Any) -> None:
-    """Refuse a node reached twice (an alias: a "billion laughs" tree is small to store but
-    endless to walk) and nesting deeper than `MAX_DEPTH`."""
-    seen: set[int] = set()
-    stack = [(doc, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if not isinstance(node, dict | list):
-            continue
-        if id(node) in seen:
-            raise GoYamlError("YAML aliases are not supported")
-        if depth >= MAX_DEPTH:
-            raise GoYamlError(f"YAML nested deeper than {MAX_DEPTH} levels")
-        seen.add(id(node))
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((child, depth + 1) for child in children)
-
-
 def load(data: bytes | str) -> Any:
-    """Parse one YAML document with go-yaml v3's typing; raises `GoYamlError`."""
+    """Parse one YAML document with go-yaml v3's typing; raises `GoYamlError`.
+
+    The text comes from Git: no alias (a "billion laughs" tree is small to store but endless
+    to walk), no nesting past `boundedyaml.MAX_DEPTH` (the tree walks that follow recurse) and
+    at most `boundedyaml.MAX_NODES` nodes, checked before anything is composed. The caller
+    caps the size."""
     try:
+        boundedyaml.check(data, max_bytes=None, aliases=False)
         docs = list(yaml.load_all(data, Loader=_Loader))
+    except boundedyaml.RefusedYaml as refused:
+        raise GoYamlError(str(refused)) from None
     except (yaml.YAMLError, ValueError, UnicodeDecodeError, RecursionError) as err:
         if isinstance(err, GoYamlError):
             raise
         raise GoYamlError(f"invalid YAML ({type(err).__name__})") from None
     if len(docs) != 1:
         raise GoYamlError("expected exactly one YAML document")
-    _check_shape(docs[0])
     return docs[0]

@@ -3,9 +3,16 @@
 Error messages never contain key material; they name a position at most.
 """
 
+import base64
+import hashlib
+import hmac
 from collections.abc import Sequence
 
 import pyrage
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from pyrage import x25519
 
 _IDENTITY_PREFIX = "AGE-SECRET-KEY-1"
@@ -70,3 +77,58 @@ def unwrap(armored: str, identities: Sequence[x25519.Identity]) -> bytes | None:
         return pyrage.decrypt(armored.encode("utf-8"), list(identities))
     except pyrage.DecryptError:
         return None
+
+
+# --- stanzas made again from a seed ------------------------------------------------------
+
+_BECH32 = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
+_SEEDED_INFO = b"kubescribe age stanza v1\x00"
+_CHUNK = 64 * 1024  # age's payload chunk: what fits one chunk needs no counter past zero
+
+
+def wrap_seeded(data: bytes, recipient: str, seed: bytes) -> str:
+    """``data`` encrypted to one recipient like `wrap` (an age v1 file, ASCII-armored), with
+    every input age draws at random (file key, ephemeral key, payload nonce) derived from
+    ``seed`` and the recipient instead: the same inputs give the same bytes, so whoever holds
+    ``seed`` can check a stanza by making it again, for any recipient. ``seed`` must be a
+    secret of the same standing as ``data`` (sops: the data key itself)."""
+    their = _public_key(check_recipient(recipient))
+    if not 0 < len(data) <= _CHUNK:
+        raise ValueError("a seeded stanza holds one payload chunk")
+    derived = _hkdf(seed, b"", _SEEDED_INFO + their, 64)
+    file_key, ephemeral, nonce = derived[:16], derived[16:48], derived[48:]
+    secret = X25519PrivateKey.from_private_bytes(ephemeral)
+    share = secret.public_key().public_bytes_raw()
+    shared = secret.exchange(X25519PublicKey.from_public_bytes(their))
+    wrap_key = _hkdf(shared, share + their, b"age-encryption.org/v1/X25519", 32)
+    body = ChaCha20Poly1305(wrap_key).encrypt(bytes(12), file_key, None)
+    header = f"age-encryption.org/v1\n-> X25519 {_raw64(share)}\n{_raw64(body)}\n---".encode()
+    mac = hmac.new(_hkdf(file_key, b"", b"header", 32), header, hashlib.sha256).digest()
+    payload_key = _hkdf(file_key, nonce, b"payload", 32)
+    payload = ChaCha20Poly1305(payload_key).encrypt(bytes(11) + b"\x01", data, None)
+    binary = header + f" {_raw64(mac)}\n".encode() + nonce + payload
+    text = base64.b64encode(binary).decode("ascii")
+    lines = "\n".join(text[i : i + 64] for i in range(0, len(text), 64))
+    return f"-----BEGIN AGE ENCRYPTED FILE-----\n{lines}\n-----END AGE ENCRYPTED FILE-----\n"
+
+
+def _public_key(recipient: str) -> bytes:
+    """The X25519 public key of a checked ``age1...`` recipient (bech32, checksum dropped)."""
+    acc = bits = 0
+    out = bytearray()
+    for char in recipient.lower().rpartition("1")[2][:-6]:
+        acc, bits = (acc << 5 | _BECH32.index(char)) & 0xFFF, bits + 5
+        if bits >= 8:
+            bits -= 8
+            out.append(acc >> bits & 0xFF)
+    if len(out) != 32:
+        raise ValueError("invalid age X25519 recipient")
+    return bytes(out)
+
+
+def _hkdf(ikm: bytes, salt: bytes, info: bytes, length: int) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=length, salt=salt, info=info).derive(ikm)
+
+
+def _raw64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii").rstrip("=")

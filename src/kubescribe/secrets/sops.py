@@ -9,11 +9,18 @@ a previous file under one of them returns its bytes when the document is unchang
 lends the ciphertext of every unchanged value otherwise. A previous file under any other key
 (one a repo writer chose) lends nothing. Exceptions never carry plaintext or key material.
 
+The MAC does not cover ``sops.age``: a repo writer can swap one recipient's stanza for
+garbage and the file still opens for every other recipient. So stanzas are never taken from
+a previous file. Each is made from the data key (`age.wrap_seeded`), the same bytes every
+time, and a previous file is returned unchanged only when every stanza is exactly the one the
+data key makes: a swapped stanza is replaced on the next write.
+
 As in sops, the MAC covers the values (in order), not the map keys: renaming the key of an
 unencrypted value, or adding or removing a null, goes unnoticed by sops and by this module.
 Keys on the path of an encrypted value are bound to it as AES-GCM additional data.
 """
 
+import functools
 import hashlib
 import hmac
 import os
@@ -473,16 +480,21 @@ def _unchanged(
     meta = prev.meta
     if not meta.flat or meta.other_keys or meta.mac_only_encrypted or meta.rule != rule:
         return False
-    if {recipient for recipient, _ in meta.groups[0]} != set(recipients):
+    if _typed_view(prev.tree) != _typed_view(plain):
         return False
-    return _typed_view(prev.tree) == _typed_view(plain)
+    # A stanza the data key does not make: swapped by a repo writer, or of an earlier version.
+    return sorted(meta.groups[0]) == sorted((r, _stanza(prev.key, r)) for r in recipients)
 
 
-def _age_entries(key: bytes, recipients: list[str], prev: _Opened | None) -> list[dict[str, str]]:
-    kept: dict[str, str] = {}
-    if prev is not None and len(prev.meta.groups) == 1:
-        kept = dict(prev.meta.groups[0])  # each stanza wraps the whole data key
-    return [{"recipient": r, "enc": kept.get(r) or age.wrap(key, r)} for r in recipients]
+@functools.lru_cache(maxsize=4096)
+def _stanza(key: bytes, recipient: str) -> str:
+    """The recipient's stanza of the data key, the same bytes every time (see the module).
+    Remembered: it costs two X25519 operations, and a snapshot renders every document."""
+    return age.wrap_seeded(key, recipient, key)
+
+
+def _age_entries(key: bytes, recipients: list[str]) -> list[dict[str, str]]:
+    return [{"recipient": r, "enc": _stanza(key, r)} for r in recipients]
 
 
 def _check_readback(text: str, expected: dict[str, Any]) -> None:
@@ -511,10 +523,11 @@ def encrypt_document(
     ``own_keys`` are data keys the caller made itself: a new file is encrypted under the
     first (under fresh random bytes without any). ``previous`` (the current file) is used
     only if one of ``identities`` opens it to one of ``own_keys``: then an identical
-    plaintext, rule and recipient set returns ``previous`` unchanged, and otherwise its key
-    is kept, unchanged values keep their exact ciphertext and staying recipients their
-    wrapped key. Any other ``previous`` (unreadable, or under a key the caller did not make)
-    is ignored, whatever plaintext it holds.
+    plaintext, rule and recipient set, with every stanza the one its data key makes, returns
+    ``previous`` unchanged, and otherwise its key is kept and unchanged values keep their
+    exact ciphertext (stanzas are always made afresh from the key). Any other ``previous``
+    (unreadable, or under a key the caller did not make) is ignored, whatever plaintext it
+    holds.
     """
     wanted = _recipients(recipients)
     lastmodified = _lastmodified(now)
@@ -534,7 +547,7 @@ def encrypt_document(
     tree = walker.tree(plain, ())
     name, value = rule.setting
     meta = {
-        "age": _age_entries(key, wanted, prev),
+        "age": _age_entries(key, wanted),
         "lastmodified": lastmodified,
         "mac": walker.mac_value(lastmodified),
         name: value,

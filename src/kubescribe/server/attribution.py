@@ -31,6 +31,7 @@ from kubescribe.server.audit import (
 )
 from kubescribe.server.tls import ANY_CLIENT, ClientPolicy, reload_on_change, server_context
 from kubescribe.store.memory import MemoryFactStore
+from kubescribe.store.redis_options import RedisOptions
 
 if TYPE_CHECKING:
     from kubescribe.store.redis import RedisFactStore
@@ -54,7 +55,7 @@ class AttributionOptions:
     audit_max_body: int = DEFAULT_MAX_BODY
     audit_max_events: int = DEFAULT_MAX_EVENTS
     grace: float = 3.0
-    redis_url: str = ""
+    redis: RedisOptions | None = None  # share facts (and cursors) through Redis
     webhook_addr: str = ""
     webhook_tls_cert: Path | None = None
     webhook_tls_key: Path | None = None
@@ -97,6 +98,8 @@ class AttributionOptions:
             found.append(f"--audit-max-body must be between 1024 and {MAX_AUDIT_BODY} bytes")
         if self.audit_max_events < 1:
             found.append("--audit-max-events must be at least 1")
+        if self.redis is not None:
+            found.extend(self.redis.problems())
         for spec in (self.audit_route, *self.audit_extra_routes):
             try:
                 AuditRoute.parse(spec)
@@ -139,17 +142,17 @@ async def attribution(opts: AttributionOptions) -> AsyncIterator[Attribution]:
         retention=opts.fact_retention,
         limits={REQUESTS_ROUTE: opts.max_request_records, ADMISSION_ROUTE: opts.max_facts},
     )
-    if opts.redis_url:
+    if opts.redis is not None:
         # Imported only when configured: redis-py adds about 20 MB to every process.
         from kubescribe.store.redis import RedisFactStore  # noqa: PLC0415
 
-        store = RedisFactStore(opts.redis_url, retention=opts.fact_retention, local=local)
+        store = RedisFactStore(opts.redis, retention=opts.fact_retention, local=local)
         await store.start()
     else:
         store = local
     index: FactIndex = store
     own = opts.route
-    audit = bool(opts.audit_addr or opts.redis_url)
+    audit = bool(opts.audit_addr or opts.redis)
     admitted = AdmittedAuthors(index) if opts.changes_webhook_url else None
     resolver = (
         AuditAuthorResolver(index, own.name, opts.grace, audit=audit, admitted=admitted)
@@ -160,7 +163,7 @@ async def attribution(opts: AttributionOptions) -> AsyncIterator[Attribution]:
     running = Attribution(
         index,
         resolver,
-        requests if opts.webhook_addr or opts.redis_url else None,
+        requests if opts.webhook_addr or opts.redis else None,
         sources=(("audit",) if audit else ()) + (("admission",) if admitted else ()),
     )
     reloads: list[asyncio.Task[None]] = []

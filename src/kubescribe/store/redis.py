@@ -10,6 +10,10 @@ Redis being down costs author fidelity only: `add` then indexes locally (this re
 finds the facts it received) and counts `kubescribe_fact_store_errors_total{op="add"}`; the
 tailer retries with backoff. The socket timeout stays above BLOCK (redis-py 8 defaults it to
 5 s, which would cut longer blocking reads).
+
+Each entry carries an HMAC of its keys, its record and its stream's name (`EntrySigner`): an
+entry someone else wrote into Redis, or copied from another stream, is ignored and counted in
+`kubescribe_redis_entries_rejected_total{kind="fact"}`.
 """
 
 from __future__ import annotations
@@ -27,11 +31,12 @@ from redis.exceptions import RedisError
 
 from kubescribe import metrics
 from kubescribe.store.memory import MemoryFactStore
+from kubescribe.store.redis_client import connect
+from kubescribe.store.redis_options import EntrySigner, RedisOptions
 
 log = structlog.get_logger(__name__)
 
 Record = Mapping[str, str]
-DEFAULT_PREFIX = "kubescribe:facts:"
 
 
 class RedisFactStore:
@@ -39,28 +44,22 @@ class RedisFactStore:
 
     def __init__(
         self,
-        url: str,
+        options: RedisOptions,
         *,
-        prefix: str = DEFAULT_PREFIX,
         max_stream_length: int = 100_000,
         retention: float = 900.0,
         block: float = 1.0,
         local: MemoryFactStore | None = None,
         wall: Callable[[], float] = time.time,
     ) -> None:
-        self.url = url
-        self.prefix = prefix
+        self.prefix = options.key_prefix + "facts:"
+        self.signer = options.signer()
         self.max_stream_length = max_stream_length
         self.retention = retention
         self.block = block
         self.local = local if local is not None else MemoryFactStore(retention=retention)
         self.wall = wall
-        self._client: aioredis.Redis = aioredis.Redis.from_url(
-            url,
-            decode_responses=True,
-            socket_timeout=block + 5.0,
-            socket_connect_timeout=5.0,
-        )
+        self._client: aioredis.Redis = connect(options, socket_timeout=block + 5.0)
         self._cursors: dict[str, str] = {}
         self._new_route = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -98,10 +97,11 @@ class RedisFactStore:
         self.follow(route)
         try:
             async with self._client.pipeline(transaction=False) as pipe:
+                stream = self.prefix + route
                 for keys, record in records:
                     pipe.xadd(
-                        self.prefix + route,
-                        _encode(keys, record),
+                        stream,
+                        _encode(self.signer, stream, keys, record),
                         maxlen=self.max_stream_length,
                         approximate=True,
                     )
@@ -152,18 +152,33 @@ class RedisFactStore:
                 batch = []
                 for entry_id, fields in entries:
                     self._cursors[route] = entry_id
-                    decoded = _decode(fields)
+                    decoded = _decode(self.signer, stream, fields)
                     if decoded is not None:
                         batch.append(decoded)
+                    else:
+                        metrics.REDIS_REJECTED.labels("fact").inc()
                 self.local.index(route, batch)
 
 
-def _encode(keys: Sequence[str], record: Record) -> dict[Any, Any]:
-    return {"keys": json.dumps(list(keys)), "record": json.dumps(dict(record), sort_keys=True)}
+def _encode(
+    signer: EntrySigner, stream: str, keys: Sequence[str], record: Record
+) -> dict[Any, Any]:
+    fields = {"keys": json.dumps(list(keys)), "record": json.dumps(dict(record), sort_keys=True)}
+    fields["mac"] = signer.sign(stream, _signed(fields))
+    return fields
 
 
-def _decode(fields: Mapping[str, str]) -> tuple[list[str], dict[str, str]] | None:
+def _signed(fields: Mapping[str, str]) -> str:
+    return fields["keys"] + "\n" + fields["record"]
+
+
+def _decode(
+    signer: EntrySigner, stream: str, fields: Mapping[str, str]
+) -> tuple[list[str], dict[str, str]] | None:
+    """The keys and record of an entry this install signed; None for any other entry."""
     try:
+        if not signer.verify(stream, _signed(fields), fields["mac"]):
+            return None
         keys = json.loads(fields["keys"])
         record = json.loads(fields["record"])
     except (KeyError, ValueError, TypeError):
