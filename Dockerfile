@@ -44,11 +44,13 @@ LABEL org.opencontainers.image.title="kubescribe" \
       io.kubescribe.sbom="/opt/kubescribe/share/kubescribe/sbom.cdx.json"
 COPY --from=build /opt/kubescribe /opt/kubescribe
 ENV PATH=/opt/kubescribe/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    HOME=/tmp \
+    HOME=/nonexistent \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     MALLOC_ARENA_MAX=2
 USER 65532:65532
-WORKDIR /tmp
+# HOME is no writable folder (and not the cache at /tmp): nothing a fetched tree could plant
+# there is read. The current folder is not writable either.
+WORKDIR /
 EXPOSE 8080
 ENTRYPOINT ["kubescribe", "run"]

@@ -29,6 +29,7 @@ from kubescribe.controller.snapshot import (
 from kubescribe.controller.webhookcerts import CA_VALIDITY, CERT_VALIDITY, CertificateOptions
 from kubescribe.git.quota import parse_size
 from kubescribe.git.repo import limit_libgit2_memory
+from kubescribe.git.sandbox import confine_libgit2, network_isolation
 from kubescribe.git.targets import Committer
 from kubescribe.kube.client import KubeClient
 from kubescribe.kube.discovery import Discovered
@@ -402,6 +403,7 @@ def run(
     logs.configure(log_level)
     set_network_policy(NetworkPolicy(deny_private=deny_private_networks))
     limit_libgit2_memory()
+    confine_libgit2()  # no .gitconfig outside a repository is read (docs/security.md)
     for many in ("audit_extra_routes", "webhook_client_cns"):
         attribution[many] = tuple(attribution[many])
     attribution["redis"] = _redis_options(
@@ -441,6 +443,10 @@ def run(
         quota = parse_size(cache_quota)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--cache-quota-per-namespace") from None
+    kustomize = kustomize_binary or shutil.which("kustomize")
+    if kustomize and not network_isolation():
+        # Remote references are still refused before kustomize runs, and it has no `git`.
+        log.warning("render_check.network_not_isolated", reason="unshare --net is refused here")
     operator = run_operator(
         kubeconfig,
         context,
@@ -451,7 +457,7 @@ def run(
         cross_namespace_sources=not no_cross_namespace_sources,
         tenant_service_account=tenant_service_account,
         allow_insecure_cluster_tls=allow_insecure_cluster_tls,
-        kustomize=kustomize_binary or shutil.which("kustomize"),
+        kustomize=kustomize,
         cache_quota=quota,
         sharing=Sharing(replica_id, lease_namespace, lease_duration),
         attribution_options=attribution_options,

@@ -9,9 +9,12 @@ import pytest
 
 from kubescribe.mirror.identity import Identity
 from kubescribe.mirror.kustomize import (
+    MAX_BASES_DEPTH,
     Kustomization,
+    KustomizeError,
     Tree,
     apply_image,
+    build_refusal,
     generated_by,
     image_matches,
     remove_replicas,
@@ -244,3 +247,103 @@ def test_a_strategic_merge_patch_hits_only_the_object_it_names() -> None:
     files["kustomization.yaml"] = b"resources: [cm.yaml]\npatches:\n- path: more.yaml\n"
     t = tree(files, root="")
     assert unsupported(other, t.chain(""), t, "settings") is None
+
+
+# -- hostile kustomizations: what a repository writer gets from them -------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"resources: " + b"[" * 5000 + b"]" * 5000 + b"\n",
+        b"a:\n" + b"".join(b"  " * i + b"- \n" for i in range(1, 500)),
+        b"x: &a [1, 2]\nresources: *a\n",
+        b"resources: []\n# " + b"x" * (2 * 1024 * 1024) + b"\n",
+    ],
+    ids=["deep-flow", "deep-block", "alias", "large"],
+)
+def test_a_kustomization_past_a_bound_is_a_kustomize_error(text: bytes) -> None:
+    with pytest.raises(KustomizeError):
+        Tree.load("", {"kustomization.yaml": text}.get)
+
+
+def test_a_deep_patch_file_is_taken_to_hit_any_object() -> None:
+    files = {
+        "kustomization.yaml": b"patches: [{path: p.yaml}]\n",
+        "p.yaml": b"[" * 5000 + b"]" * 5000 + b"\n",
+    }
+    t = tree(files, root="")
+    assert unsupported(WEB, t.chain(""), t, "web") == "patches in kustomization.yaml"
+
+
+def test_bases_nested_past_the_depth_bound_are_a_kustomize_error() -> None:
+    files = {}
+    directory = "k"
+    for _ in range(MAX_BASES_DEPTH + 1):
+        files[f"{directory}/kustomization.yaml"] = b"resources: [n]\n"
+        directory += "/n"
+    with pytest.raises(KustomizeError):
+        Tree.load("k", files.get, "k")
+    # within the bound: read
+    assert Tree.load("k/n", files.get, "k") is not None
+
+
+def test_kustomizations_past_the_tree_budget_are_a_kustomize_error() -> None:
+    big = b"resources: [sub]\n# " + b"x" * (1024 * 1024 - 40) + b"\n"
+    files = {"kustomization.yaml": big}
+    directory = "sub"
+    for _ in range(4):
+        files[f"{directory}/kustomization.yaml"] = big
+        directory += "/sub"
+    with pytest.raises(KustomizeError, match="the kustomizations exceed"):
+        Tree.load("", files.get)
+
+
+def test_a_resource_in_another_targets_folder_is_outside_the_target() -> None:
+    files = {
+        "b/kustomization.yaml": b"resources: [../a, ../a/x.yaml, /etc/hosts, own.yaml]\n",
+        "a/kustomization.yaml": b"resources: [x.yaml]\n",
+    }
+    t = Tree.load("b", files.get, "b")
+    assert t is not None
+    assert set(t.kustomizations) == {"b"}  # a's kustomization is not part of b's tree
+    assert set(t.files()) == {"b/own.yaml"}
+    assert t.problems["b"] == [
+        "resource ../a outside the target folder",
+        "resource ../a/x.yaml outside the target folder",
+        "resource /etc/hosts outside the target folder",
+    ]
+    own = Identity("", "ConfigMap", "", "own")
+    assert unsupported(own, t.chain("b"), t, "own") == (
+        "resource ../a outside the target folder in b/kustomization.yaml"
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"resources: [https://example.com/x.yaml]\n",
+        b"resources: ['http://127.0.0.1:9/x.yaml']\n",
+        b"resources: ['git::https://example.com/repo//base']\n",
+        b"resources: [example.com/org/repo//base?ref=v1]\n",
+        b"components: [github.com/org/repo/c]\n",
+        b"patches: [{path: 'https://example.com/p.yaml'}]\n",
+        b"configMapGenerator: [{name: a, files: ['HTTPS://example.com/f']}]\n",
+        b"openapi: {path: 'https://example.com/schema.json'}\n",
+    ],
+)
+def test_a_remote_reference_anywhere_is_not_built(text: bytes) -> None:
+    assert build_refusal("kustomization.yaml", text) == "kustomization.yaml names a remote resource"
+
+
+def test_bases_outside_the_folder_and_unreadable_files_are_not_built() -> None:
+    assert build_refusal("o/kustomization.yaml", b"resources: [../base, web.yaml]\n") is None
+    assert build_refusal("o/kustomization.yaml", b"resources: [../../up]\n") == (
+        "o/kustomization.yaml names a resource outside the folder"
+    )
+    assert build_refusal("kustomization.yaml", b"bases: [/var/run/secrets]\n") == (
+        "kustomization.yaml names a resource outside the folder"
+    )
+    assert build_refusal("kustomization.yaml", b"x: &a [1]\ny: *a\n") == (
+        "kustomization.yaml is not readable"
+    )

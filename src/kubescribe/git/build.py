@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import os
 import posixpath
-import subprocess
-import tempfile
+import shutil
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from kubescribe.git.intake import (
     RequestHandle,
 )
 from kubescribe.git.lookup_names import lookup_name
+from kubescribe.git.sandbox import UnsafeTree, export_tree, run_confined, scratch
 from kubescribe.git.targets import (
     SOPS_CONFIG,
     Committer,
@@ -39,9 +39,11 @@ from kubescribe.mirror.authors import Author
 from kubescribe.mirror.changes import Change, Operation, PruneMode, Snapshot, TargetKey
 from kubescribe.mirror.identity import CORE_GROUP, Identity, ResourceType, identity_of
 from kubescribe.mirror.kustomize import (
+    KUSTOMIZATION_FILES,
     KustomizeError,
     Tree,
     base_name_of,
+    build_refusal,
     patched_by,
     remove_replicas,
     render_identity,
@@ -257,9 +259,16 @@ class Build:
                 tree = cached[1]
             else:
                 try:
-                    tree = Tree.load(root, lambda path: _read(self.repo, self.base_tree, path))
+                    tree = Tree.load(
+                        root,
+                        lambda path: _read(self.repo, self.base_tree, path),
+                        config.folder,
+                    )
                 except KustomizeError as exc:
                     self.kerrors[config.key] = f"kustomization not readable: {exc}"
+                except Exception:  # e.g. RecursionError: this target's problem, not the batch's
+                    self.log.exception("build.kustomization_failed", target=str(config.key))
+                    self.kerrors[config.key] = "kustomization not readable (see the operator log)"
         self.ktrees[config.key] = tree
         return tree
 
@@ -412,7 +421,12 @@ class Build:
         if config.key in self.kerrors:
             self._refuse(config, identity, c.KUSTOMIZE_UNSUPPORTED, self.kerrors[config.key])
         elif tree is not None:
-            self._upsert_kustomized(config, plan, identity, rtype, document, tree)
+            try:
+                self._upsert_kustomized(config, plan, identity, rtype, document, tree)
+            except Exception:  # a kustomization that breaks a rule stops this object only
+                self.log.exception("build.write_through_failed", target=str(config.key))
+                message = "not written through: the kustomization could not be read"
+                self._refuse(config, identity, c.KUSTOMIZE_UNSUPPORTED, message)
         else:
             self._write(config, plan, identity, rtype, document, config.folder)
 
@@ -727,8 +741,19 @@ class Build:
             try:
                 rendered = self._kustomize_build(binary, config.folder, ktree.root)
             except Exception as exc:
+                # kustomize's error stays in the log: in status it would tell a repository
+                # writer what the operator's Pod can reach.
+                self.log.warning(
+                    "build.render_check_failed",
+                    target=str(key),
+                    error=str(exc),
+                    detail=str(exc.__cause__ or ""),
+                )
                 first = min(changed, key=_sort_key)
-                failing[first] = (c.RENDER_MISMATCH, f"kustomize build failed: {exc}")
+                if isinstance(exc, _NotBuilt):
+                    failing[first] = (c.KUSTOMIZE_UNSUPPORTED, f"render check not run: {exc}")
+                else:
+                    failing[first] = (c.RENDER_MISMATCH, _BUILD_FAILED)
                 metrics.RENDER_CHECKS.labels("failed").inc()
                 continue
             for identity, change in changed.items():
@@ -755,17 +780,33 @@ class Build:
     def _kustomize_build(
         self, binary: str, folder: str, root: str
     ) -> dict[Identity, dict[str, Any]]:
-        """`kustomize build` of `root`, with the target folder of the built tree on disk."""
-        with tempfile.TemporaryDirectory(prefix="kubescribe-render-") as scratch:
+        """`kustomize build` of `root`, with the target folder of the built tree in a scratch
+        folder of the sandbox (see `git.sandbox`); `_NotBuilt` for a tree kustomize is not
+        given."""
+        with scratch("render-") as directory:
             top = folder_tree(self.repo, self.tree, folder)
-            if top is not None:
-                _export(self.repo, top, scratch)
+            try:
+                files = export_tree(self.repo, top, directory) if top is not None else []
+            except UnsafeTree as exc:
+                raise _NotBuilt("a tree entry name is not a plain file name") from exc
+            for path in files:
+                if posixpath.basename(path) in KUSTOMIZATION_FILES:
+                    refusal = build_refusal(path, (directory / path).read_bytes())
+                    if refusal is not None:
+                        raise _NotBuilt(refusal)
+            program = shutil.which(binary)
+            if program is None:
+                raise RuntimeError(f"no kustomize binary at {binary}")
             inner = posixpath.relpath(root, folder) if folder else (root or ".")
-            done = subprocess.run(
-                [binary, "build", posixpath.join(scratch, inner)],
-                capture_output=True,
+            done = run_confined(
+                [
+                    os.path.abspath(program),
+                    "build",
+                    "--load-restrictor=LoadRestrictionsRootOnly",
+                    posixpath.join(".", inner),
+                ],
+                cwd=directory,
                 timeout=60,
-                check=False,
             )
         if done.returncode != 0:
             raise RuntimeError(done.stderr.decode(errors="replace").strip()[-500:])
@@ -921,6 +962,11 @@ class Build:
 
 
 AUTHOR_SOURCE_TRAILER = "Kubescribe-Author-Source"
+_BUILD_FAILED = "kustomize build failed (its error is in the operator log)"
+
+
+class _NotBuilt(ValueError):
+    """A tree the render check does not give to kustomize (why, in the message)."""
 
 
 def _signature(author: Author) -> pygit2.Signature:
@@ -956,22 +1002,6 @@ def _read(repo: pygit2.Repository, root: pygit2.Oid | None, path: str) -> bytes 
     except KeyError:
         return None
     return obj.data if isinstance(obj, pygit2.Blob) else None
-
-
-def _export(repo: pygit2.Repository, tree_id: pygit2.Oid, directory: str) -> None:
-    """Write the files of a tree under `directory` (symlinks and submodules are skipped)."""
-    tree = repo[tree_id]
-    assert isinstance(tree, pygit2.Tree)
-    for entry in tree:
-        name = entry.name
-        assert name is not None
-        path = os.path.join(directory, name)
-        if entry.type_str == "tree":
-            os.mkdir(path)
-            _export(repo, entry.id, path)
-        elif entry.type_str == "blob" and entry.filemode != 0o120000:
-            with open(path, "wb") as f:
-                f.write(repo[entry.id].read_raw())
 
 
 def _under(path: str, folder: str) -> bool:

@@ -10,7 +10,8 @@ factor 3 between 8 and 100,000 objects is 8 packs). When the merge would take ev
 there may be garbage, everything reachable from a reference is written as one pack instead (a
 repack) and the rest, packs, loose objects and garbage, is removed.
 
-A tidy that copies many objects runs in a child process (`python -m kubescribe.git.repack`).
+A tidy that copies many objects runs in a child process (`python -I -m kubescribe.git.repack`,
+started isolated by `sandbox`).
 It reads every object it copies and indexes them all before the pack is final, a peak that
 grows with the history; in the operator, the heap that peak leaves behind (arenas a few live
 objects pin, free memory glibc keeps) stayed for good, so a long run grew in steps at each
@@ -30,6 +31,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import FileMode
 
+from kubescribe.git import sandbox
 from kubescribe.git.lookup_names import lookup_name
 from kubescribe.git.pack import write_objects
 
@@ -131,10 +133,12 @@ def _merge(
 
 def _in_child(git_dir: str, args: list[str]) -> TidyResult:
     done = subprocess.run(
-        [sys.executable, "-m", "kubescribe.git.repack", git_dir, *args],
+        sandbox.python_child("kubescribe.git.repack", git_dir, *args),
         capture_output=True,
         text=True,
         stdin=subprocess.DEVNULL,
+        cwd=sandbox.private_dir(),
+        env=sandbox.child_env(),
         check=False,
     )
     if done.returncode != 0:
@@ -219,6 +223,7 @@ def _main(argv: list[str]) -> None:
     <max bytes> merge <idx>...`; prints the result as JSON."""
     git_dir, bound, kind, *names = argv
     max_bytes = None if bound == "-" else int(bound)
+    sandbox.confine_libgit2(Path.home())  # the parent's empty directory (`child_env`)
     # Each object is read once: libgit2's object cache would only hold the peak higher.
     pygit2.settings.enable_caching(False)
     repo = pygit2.Repository(git_dir)

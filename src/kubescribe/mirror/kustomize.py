@@ -7,7 +7,11 @@ kustomize v5 (sigs.k8s.io/kustomize/api): `namespace`, `namePrefix`/`nameSuffix`
 through; constructs the operator does not invert (generators, components, patches that touch the
 object, remote bases, Helm charts, other transformers) are reported, never guessed at.
 
-Comments and key order of a kustomization survive edits (ruamel.yaml round-trip).
+Comments and key order of a kustomization survive edits (ruamel.yaml round-trip). A file is
+read within bounds (size, nesting, no aliases, checked by `boundedyaml`; a tree of limited depth
+and size), and no resource of the target's folder may name a file outside it: a kustomization
+written by whoever writes the repository decides neither the operator's memory nor another
+folder.
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
 
+from kubescribe.mirror import boundedyaml
 from kubescribe.mirror.identity import Identity
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
@@ -101,15 +107,35 @@ _CLUSTER_KINDS = frozenset(
         "VolumeAttachment",
     }
 )
-_REMOTE = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|git@|github\.com/|gitlab\.com/|bitbucket\.org/)")
+_REMOTE = re.compile(
+    r"^(?:[a-z][a-z0-9+.-]*://|git::|git@|github\.com/|gitlab\.com/|bitbucket\.org/)",
+    re.IGNORECASE,
+)
 _FILE_SUFFIXES = (".yaml", ".yml", ".json")
 _REGEX = re.compile(r"[\^$*+?()\[\]{}|\\]")  # a patch target name that is a pattern
 _HASH_SUFFIX = re.compile(r"-[a-z0-9]{10}$")
 _TAG = re.compile(r"(@sha256)?(:[a-zA-Z0-9_.{}-]*)?")
 
 
+# Bounds of what is read: kustomizations are small, shallow files in a shallow tree.
+MAX_BYTES = 1024 * 1024
+MAX_NESTING = 64  # nested maps and lists
+MAX_BASES_DEPTH = 32
+MAX_KUSTOMIZATIONS = 512
+MAX_TREE_BYTES = 4 * MAX_BYTES  # all the kustomizations of a tree together
+
+
 class KustomizeError(ValueError):
-    """A kustomization that cannot be read (not YAML, not a mapping)."""
+    """A kustomization that cannot be read (not YAML, not a mapping, past a bound)."""
+
+
+def _within_bounds(path: str, text: str | bytes) -> None:
+    """Refuse a file past the size or nesting bound, or with aliases, on the parser's events
+    (`boundedyaml`), before it is composed: composing recurses as deep as the text nests."""
+    try:
+        boundedyaml.check(text, max_bytes=MAX_BYTES, max_depth=MAX_NESTING, aliases=False)
+    except (boundedyaml.RefusedYaml, yaml.YAMLError) as exc:
+        raise KustomizeError(f"{path}: {exc}") from exc
 
 
 def _yaml() -> YAML:
@@ -161,6 +187,7 @@ class Kustomization:
 
     @classmethod
     def parse(cls, path: str, raw: bytes) -> Kustomization:
+        _within_bounds(path, raw)
         try:
             text = raw.decode()
             data = _yaml().load(text)
@@ -300,6 +327,7 @@ def _patch_documents(text: str | bytes | None) -> list[tuple[str | None, str | N
     if text is None:
         return [(None, None)]
     try:
+        _within_bounds("patch", text if isinstance(text, bytes) else str(text))
         docs = [d for d in YAML(typ="safe", pure=True).load_all(text) if d is not None]
     except (YAMLError, UnicodeDecodeError, ValueError):
         return [(None, None)]
@@ -316,6 +344,36 @@ def _patch_documents(text: str | bytes | None) -> list[tuple[str | None, str | N
 
 def is_remote(entry: str) -> bool:
     return _REMOTE.match(entry) is not None or "?ref=" in entry
+
+
+def _strings(node: Any) -> Iterator[str]:
+    """Every string value in a parsed document (keys excepted)."""
+    stack = [node]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, Mapping):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+
+
+def build_refusal(path: str, raw: bytes) -> str | None:
+    """Why `kustomize build` must not be given the kustomization file `path` (relative to the
+    folder it builds), or None: not readable within the bounds, a remote reference anywhere
+    in it (kustomize would fetch it from the operator's Pod), or a base outside the folder."""
+    try:
+        k = Kustomization.parse(path, raw)
+    except KustomizeError:
+        return f"{path} is not readable"
+    if any(is_remote(value.strip()) for value in _strings(k.data)):
+        return f"{path} names a remote resource"
+    for entry in [*k.resources(), *k.entries("components")]:
+        target = posixpath.normpath(posixpath.join(k.dir, str(entry)))
+        if target == ".." or target.startswith(("../", "/")):
+            return f"{path} names a resource outside the folder"
+    return None
 
 
 @dataclass
@@ -335,21 +393,39 @@ class Tree:
     # (kind, name) each patch of a kustomization hits (None: any), and how to name it.
     patches: dict[str, list[tuple[str | None, str | None, str]]] = field(default_factory=dict)
     patch_files: set[str] = field(default_factory=set)  # they look like objects, but are not
+    folder: str = ""  # the target's folder: no resource is read or edited outside it
+    size: int = 0  # bytes of the kustomizations read
 
     @classmethod
-    def load(cls, root: str, read: Callable[[str], bytes | None]) -> Tree | None:
-        """The tree of `root`; None when `root` holds no kustomization."""
+    def load(cls, root: str, read: Callable[[str], bytes | None], folder: str = "") -> Tree | None:
+        """The tree of `root` (in `folder`); None when `root` holds no kustomization."""
         found = kustomization_at(read, root)
         if found is None:
             return None
-        tree = cls(root)
-        tree._add(Kustomization.parse(*found), None, read)
+        tree = cls(root, folder=folder)
+        tree._add(tree._parse(*found), None, read)
         return tree
+
+    def _parse(self, path: str, raw: bytes) -> Kustomization:
+        self.size += len(raw)
+        if self.size > MAX_TREE_BYTES:
+            raise KustomizeError(f"{path}: the kustomizations exceed {MAX_TREE_BYTES} bytes")
+        return Kustomization.parse(path, raw)
+
+    def inside(self, path: str) -> bool:
+        """Whether a normalized repository path is in the target's folder."""
+        if path == ".." or path.startswith(("../", "/")):
+            return False
+        return not self.folder or path == self.folder or path.startswith(self.folder + "/")
 
     def _add(
         self, k: Kustomization, parent: str | None, read: Callable[[str], bytes | None]
     ) -> None:
         directory = k.dir
+        if len(self.kustomizations) >= MAX_KUSTOMIZATIONS:
+            raise KustomizeError(f"{k.path}: more than {MAX_KUSTOMIZATIONS} kustomizations")
+        if parent is not None and len(self.chain(parent)) >= MAX_BASES_DEPTH:
+            raise KustomizeError(f"{k.path}: bases nested deeper than {MAX_BASES_DEPTH}")
         self.kustomizations[directory] = k
         if parent is not None:
             self.parents[directory] = parent
@@ -367,7 +443,7 @@ class Tree:
                 if directory
                 else (posixpath.normpath(entry))
             )
-            if path.startswith("../") or path == "..":
+            if not self.inside(path):
                 problems.append(f"resource {entry} outside the target folder")
                 continue
             if path.endswith(_FILE_SUFFIXES):
@@ -378,7 +454,7 @@ class Tree:
                 subdir = posixpath.dirname(sub[0])
                 if subdir in self.kustomizations:
                     continue  # a base included twice (diamond): rendered through the first
-                self._add(Kustomization.parse(*sub), directory, read)
+                self._add(self._parse(*sub), directory, read)
             else:
                 self.listed.setdefault(path, directory)
 
