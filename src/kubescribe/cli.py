@@ -31,10 +31,10 @@ from kubescribe.git.quota import parse_size
 from kubescribe.git.repo import limit_libgit2_memory
 from kubescribe.git.sandbox import confine_libgit2, network_isolation
 from kubescribe.git.targets import Committer
-from kubescribe.git.urlpolicy import NetworkPolicy, set_network_policy
 from kubescribe.kube.client import KubeClient
 from kubescribe.kube.discovery import Discovered
 from kubescribe.mirror.owned import Content
+from kubescribe.net.addresses import NetworkPolicy, set_network_policy
 from kubescribe.server.admission import DEFAULT_CLIENT
 from kubescribe.server.attribution import MAX_AUDIT_BODY, AttributionOptions
 from kubescribe.server.audit import DEFAULT_MAX_BODY, DEFAULT_MAX_EVENTS

@@ -301,3 +301,16 @@ WEBHOOK_CERT_ERRORS = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+RECONCILE_ERRORS = Counter(
+    "kubescribe_reconcile_errors_total",
+    "Reconcile passes that failed and were retried, by cause (api: the API server or the network;"
+    " crashed: an unexpected error, logged as reconcile.crashed).",
+    ["cause"],
+    registry=REGISTRY,
+)
+PLAN_FAILURES = Gauge(
+    "kubescribe_plan_failures",
+    "Objects whose spec the plan compiler could not evaluate (SpecNotEvaluated), by kind.",
+    ["kind"],
+    registry=REGISTRY,
+)

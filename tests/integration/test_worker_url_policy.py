@@ -15,7 +15,7 @@ import pytest
 from kubescribe.devenv.httpgit import HttpsGitServer, missing_binaries
 from kubescribe.git.transport.callbacks import remote_callbacks
 from kubescribe.git.transport.secret import Credentials
-from kubescribe.git.urlpolicy import NetworkPolicy, set_network_policy
+from kubescribe.net.addresses import NetworkPolicy, set_network_policy
 from tests.builders import path_of, target, upsert
 from tests.support import WorkerHarness, until
 

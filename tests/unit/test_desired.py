@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from kubescribe.api import conditions as c
+from kubescribe.controller import desired
 from kubescribe.controller.desired import WATCHABLE_FROM, compile_plan, source_grants
 from kubescribe.kube.discovery import Discovered
 from kubescribe.mirror.changes import TargetKey
@@ -408,3 +412,71 @@ def test_content_defaults_to_owned_and_takes_the_target_settings() -> None:
         DEFAULT_NOISE_POLICY,
     )
     assert bad.targets[TargetKey("ns", "t")].problem.reason == "InvalidSpec"  # type: ignore[union-attr]
+
+
+def test_an_ipv6_scp_url_is_a_valid_provider_with_a_key() -> None:
+    """`git@[2001:db8::1]:org/repo.git` passed the URL policy and then raised out of the plan,
+    stopping every replica's reconcile loop."""
+    hostile = obj("GitProvider", "git", {"url": "git@[2001:db8::1]:org/repo.git"})
+    plan = compile_plan([hostile], [target("t", "a")], [], [], TYPES, DEFAULT_NOISE_POLICY)
+    p = plan.providers[("ns", "git")]
+    assert p.problem is None
+    assert p.normalized_url == "ssh://git@[2001:db8::1]/org/repo"
+
+
+def test_a_spec_that_raises_is_reported_on_its_object_and_the_plan_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def check_url(url: str, allow_file: bool = False) -> None:
+        if "hostile" in url:
+            raise RuntimeError(f"boom {url}")
+
+    monkeypatch.setattr(desired, "check_url", check_url)
+    hostile = obj("GitProvider", "git", {"url": "https://hostile.example/r.git"}, ns="evil")
+    plan = compile_plan(
+        [hostile, provider()],
+        [target("t", "a"), obj("GitTarget", "t", target("t", "a")["spec"], ns="evil")],
+        [rule("r", "t")],
+        [],
+        TYPES,
+        DEFAULT_NOISE_POLICY,
+    )
+    bad = plan.providers[("evil", "git")]
+    assert bad.problem is not None
+    assert bad.problem.reason == c.SPEC_NOT_EVALUATED
+    assert "hostile" not in bad.problem.message
+    assert plan.failures == [desired.Failure("GitProvider", ("evil", "git"), "RuntimeError")]
+    evil_target = plan.targets[TargetKey("evil", "t")]
+    assert evil_target.problem is not None
+    assert evil_target.problem.reason == c.PROVIDER_NOT_READY
+    assert plan.targets[TargetKey("ns", "t")].writable
+    assert {s.target for s in plan.streams.values()} == {TargetKey("ns", "t")}
+
+
+def test_a_rule_that_raises_adds_no_streams_and_the_others_do(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = desired._source_refusal
+
+    def source_refusal(
+        reader: str, source: str, grants: desired.SourceGrants | None
+    ) -> desired.Problem | None:
+        if reader == "evil":
+            raise RecursionError
+        return real(reader, source, grants)
+
+    monkeypatch.setattr(desired, "_source_refusal", source_refusal)
+    evil_rule = obj("WatchRule", "r", rule("r", "t")["spec"], ns="evil")
+    plan = compile_plan(
+        [provider(), obj("GitProvider", "git", provider()["spec"], ns="evil")],
+        [target("t", "a"), obj("GitTarget", "t", target("t", "a")["spec"], ns="evil")],
+        [evil_rule, rule("r", "t")],
+        [],
+        TYPES,
+        DEFAULT_NOISE_POLICY,
+    )
+    bad = plan.rules[("WatchRule", ("evil", "r"))]
+    assert bad.problem is not None
+    assert bad.problem.reason == c.SPEC_NOT_EVALUATED
+    assert plan.rules[("WatchRule", ("ns", "r"))].problem is None
+    assert {s.target for s in plan.streams.values()} == {TargetKey("ns", "t")}

@@ -1,31 +1,10 @@
-"""Repository URL normalization (the one-writer key) and credential redaction."""
+"""The cache of a repository (one per normalized URL) and credential redaction."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from kubescribe.git.repo import cache_path, normalize_url, redact
-
-
-@pytest.mark.parametrize(
-    ("url", "expected"),
-    [
-        ("https://github.com/org/repo.git", "https://github.com/org/repo"),
-        ("HTTPS://GitHub.COM/org/repo/", "https://github.com/org/repo"),
-        ("https://user:token@github.com/org/repo.git/", "https://github.com/org/repo"),
-        ("https://token@github.com:443/org/repo", "https://github.com/org/repo"),
-        ("https://git.example:8443/org/repo", "https://git.example:8443/org/repo"),
-        ("git@github.com:org/repo.git", "ssh://git@github.com/org/repo"),
-        ("ssh://git@GitHub.com:22/org/repo.git", "ssh://git@github.com/org/repo"),
-        ("ssh://git:secret@host:2222/org/repo", "ssh://git@host:2222/org/repo"),
-        ("file:///srv/git/repo.git", "file:///srv/git/repo"),
-        ("/srv/git/repo.git/", "file:///srv/git/repo"),
-    ],
-)
-def test_normalize_url(url: str, expected: str) -> None:
-    assert normalize_url(url) == expected
+from kubescribe.git.repo import cache_path, redact
 
 
 def test_same_repository_same_cache(tmp_path: Path) -> None:

@@ -9,7 +9,12 @@ from typing import Any
 import pytest
 
 from kubescribe.devenv.pki import CertificateAuthority
-from kubescribe.kube.config import KubeconfigRefused, from_untrusted_kubeconfig
+from kubescribe.kube.config import (
+    KubeconfigRefused,
+    ServerAddressRefused,
+    from_untrusted_kubeconfig,
+)
+from kubescribe.net.addresses import NetworkPolicy, set_network_policy
 
 CA = CertificateAuthority("remote-ca")
 USER = CA.issue("kubescribe", client=True)
@@ -94,3 +99,42 @@ def test_garbage_is_invalid_not_a_crash(data: bytes) -> None:
     with pytest.raises(KubeconfigRefused) as info:
         from_untrusted_kubeconfig(data)
     assert info.value.reason == "KubeconfigInvalid"
+
+
+@pytest.mark.parametrize(
+    "server",
+    [
+        "https://169.254.169.254:6443",
+        "https://2852039166",
+        "https://[fe80::1]:6443",
+        "https://[::ffff:169.254.169.254]",
+        "https://metadata.google.internal",
+    ],
+)
+def test_a_metadata_or_link_local_server_is_refused(server: str) -> None:
+    cluster = {"server": server, "certificate-authority-data": b64(CA.cert_pem)}
+    with pytest.raises(ServerAddressRefused) as info:
+        from_untrusted_kubeconfig(kubeconfig(cluster=cluster))
+    assert info.value.reason == "ClusterAddressRefused"
+
+
+@pytest.mark.parametrize(
+    "server", ["https://10.0.0.1:6443", "https://kubernetes.default.svc", "https://127.0.0.1"]
+)
+def test_private_servers_are_refused_only_with_deny_private_networks(server: str) -> None:
+    config = kubeconfig(cluster={"server": server, "certificate-authority-data": b64(CA.cert_pem)})
+    assert from_untrusted_kubeconfig(config).untrusted
+    set_network_policy(NetworkPolicy(deny_private=True))
+    try:
+        with pytest.raises(ServerAddressRefused, match="--deny-private-networks"):
+            from_untrusted_kubeconfig(config)
+    finally:
+        set_network_policy(NetworkPolicy())
+
+
+@pytest.mark.parametrize("server", ["https://u:p@remote.example", "https://", "https://[x]/"])
+def test_a_server_url_with_credentials_or_without_a_host_is_refused(server: str) -> None:
+    with pytest.raises(KubeconfigRefused) as info:
+        from_untrusted_kubeconfig(kubeconfig(cluster={"server": server}))
+    assert info.value.reason in {"KubeconfigRefused", "KubeconfigInvalid"}
+    assert "p@" not in str(info.value)

@@ -9,15 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from kubescribe import cli
-from kubescribe.git.urlpolicy import (
-    NetworkPolicy,
-    UrlRefusal,
-    UrlRefused,
-    check_transfer,
-    check_url,
-    network_policy,
-    set_network_policy,
-)
+from kubescribe.git.urlpolicy import UrlRefusal, UrlRefused, check_transfer, check_url
+from kubescribe.net.addresses import NetworkPolicy, network_policy, set_network_policy
 
 
 @pytest.mark.parametrize(
@@ -57,6 +50,7 @@ def test_allowed(url: str) -> None:
         ("https://ghp_secret@github.com/org/repo.git", UrlRefusal.CREDENTIALS_IN_URL),
         ("ssh://git:pw@github.com/org/repo.git", UrlRefusal.CREDENTIALS_IN_URL),
         ("git:pw@github.com:org/repo.git", UrlRefusal.CREDENTIALS_IN_URL),
+        ("git@x@169.254.169.254:org/repo.git", UrlRefusal.MALFORMED),  # ssh's host: last @
         ("https://169.254.169.254/latest/meta-data", UrlRefusal.ADDRESS_NOT_ALLOWED),
         ("https://169.254.10.1/repo.git", UrlRefusal.ADDRESS_NOT_ALLOWED),
         ("ssh://git@[fe80::1]/repo.git", UrlRefusal.ADDRESS_NOT_ALLOWED),

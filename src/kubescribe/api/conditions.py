@@ -90,6 +90,7 @@ NAMESPACES_NOT_SUPPORTED: Final = "NamespacesNotSupported"
 WATCH_FORBIDDEN: Final = "WatchForbidden"
 SOURCE_NAMESPACE_NOT_AUTHORIZED: Final = "SourceNamespaceNotAuthorized"
 CROSS_NAMESPACE_SOURCES_DISABLED: Final = "CrossNamespaceSourcesDisabled"
+SPEC_NOT_EVALUATED: Final = "SpecNotEvaluated"  # evaluating the spec raised (a bug, logged)
 RULE_NOT_AUTHORIZED: Final = "RuleNotAuthorized"
 # reasons: encryption (controller/encryption.py) and documents refused by the build
 ENCRYPTION_MISSING: Final = "EncryptionMissing"
@@ -136,6 +137,7 @@ CLUSTER_CONFLICT: Final = "ClusterConflict"
 CLUSTER_UNREACHABLE: Final = "ClusterUnreachable"
 KUBECONFIG_NOT_FOUND: Final = "KubeconfigNotFound"
 KUBECONFIG_REFUSED: Final = "KubeconfigRefused"
+CLUSTER_ADDRESS_REFUSED: Final = "ClusterAddressRefused"  # the address policy, as for Git URLs
 # reasons: the operator's webhook certificates (logs and kubescribe_webhook_certificate_errors)
 SECRET_FORBIDDEN: Final = "SecretForbidden"
 SECRET_INVALID: Final = "SecretInvalid"
@@ -181,7 +183,9 @@ STALLED_REASONS: Final = frozenset(
         CLUSTER_NOT_ALLOWED,
         CLUSTER_CONFLICT,
         KUBECONFIG_REFUSED,
+        CLUSTER_ADDRESS_REFUSED,
         KUSTOMIZE_UNSUPPORTED,
+        SPEC_NOT_EVALUATED,
         CACHE_QUOTA_EXCEEDED,
     }
 )

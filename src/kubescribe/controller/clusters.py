@@ -7,6 +7,12 @@ asks the API server for `/version`, and discovers its types (again every `discov
 A cluster that stops answering keeps its last discovery: its streams stay wanted and retry, no
 snapshot completes, so nothing is swept while it is away; it is reported in the
 ClusterProvider's `SourceClusterReachable` condition and on the GitTargets that mirror it.
+
+The server is held to the address policy of Git URLs (`kubescribe.net.addresses`): its literal
+host when the kubeconfig is read, and every address its name resolves to at every new
+connection (`kube.client.GuardedResolver`); a refusal is `ClusterAddressRefused`. Whatever the
+server answers stays out of status: a failure is described in fixed words (the details go to
+the log), so a ClusterProvider cannot be used to read what some address serves.
 """
 
 from __future__ import annotations
@@ -25,8 +31,12 @@ from kubescribe.api.models import ConditionStatus
 from kubescribe.controller.desired import ClusterPlan
 from kubescribe.controller.ownership import secret_data
 from kubescribe.controller.status import Cond, kstatus
-from kubescribe.kube.client import ApiError, KubeClient, RateLimit
-from kubescribe.kube.config import KubeconfigRefused, from_untrusted_kubeconfig
+from kubescribe.kube.client import AddressRefused, ApiError, KubeClient, RateLimit
+from kubescribe.kube.config import (
+    KubeconfigRefused,
+    ServerAddressRefused,
+    from_untrusted_kubeconfig,
+)
 from kubescribe.kube.discovery import Discovered, discover
 
 log = structlog.get_logger(__name__)
@@ -168,7 +178,10 @@ class ClusterProviders:
                     raw, spec.context, allow_insecure=self.allow_insecure
                 )
             except KubeconfigRefused as exc:
-                self._set(state, "False", c.KUBECONFIG_REFUSED, f"{exc.reason}: {exc}")
+                if isinstance(exc, ServerAddressRefused):
+                    self._set(state, "False", c.CLUSTER_ADDRESS_REFUSED, str(exc))
+                else:
+                    self._set(state, "False", c.KUBECONFIG_REFUSED, f"{exc.reason}: {exc}")
                 if state.client is not None:
                     await state.client.close()
                 state.client, state.discovered = None, None
@@ -186,17 +199,45 @@ class ClusterProviders:
             ):
                 state.discovered = await discover(state.client)
                 state.discovered_at = time.monotonic()
-        except ApiError as exc:
-            self._set(
-                state, "False", c.CLUSTER_UNREACHABLE, f"{exc.status} {exc.reason}: {exc.message}"
-            )
+        except (ApiError, aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            log.warning("cluster.unreachable", cluster=name, error=str(exc)[:300])
+            refused = _address_refusal(exc)
+            if refused is not None:
+                self._set(state, "False", c.CLUSTER_ADDRESS_REFUSED, str(refused))
+            else:
+                self._set(state, "False", c.CLUSTER_UNREACHABLE, _unreachable(exc))
             return
-        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
-            self._set(state, "False", c.CLUSTER_UNREACHABLE, f"{type(exc).__name__}: {exc}"[:300])
-            return
-        state.version = str(info.get("gitVersion", ""))
+        state.version = str(info.get("gitVersion", "") if isinstance(info, dict) else "")[:64]
         self._set(state, "True", c.SOURCE_CLUSTER_REACHABLE, f"Connected to {state.server}")
 
     @staticmethod
     def _set(state: _Cluster, status: ConditionStatus, reason: str, message: str) -> None:
         state.reachable = Cond(c.SOURCE_CLUSTER_REACHABLE, status, reason, message)
+
+
+def _address_refusal(exc: BaseException) -> AddressRefused | None:
+    """The address policy's refusal behind a failed connection, if that is what it was."""
+    if isinstance(exc, AddressRefused):
+        return exc
+    if isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error, AddressRefused):
+        return exc.os_error
+    return None
+
+
+def _unreachable(exc: BaseException) -> str:
+    """How reaching the server failed, in fixed words: never what the server sent."""
+    if isinstance(exc, ApiError):
+        meaning = {401: "the credentials were refused", 403: "the identity may not read it"}
+        what = meaning.get(exc.status, "not a usable answer")
+        return f"The API server answered HTTP {exc.status} to /version or discovery ({what})"
+    if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
+        return "The API server did not answer in time"
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError):
+        return "TLS verification of the API server failed (check certificate-authority-data)"
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return "The API server's name does not resolve"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return "The API server could not be connected to"
+    if isinstance(exc, ValueError):
+        return "The API server's answer is not a Kubernetes API response"
+    return f"The connection to the API server failed ({type(exc).__name__})"

@@ -2,16 +2,19 @@
 
 `compile_plan` decides, for every GitProvider, GitTarget and (Cluster)WatchRule, whether it is
 valid and why not, and which watch streams feed which target. It does no I/O, so every status
-reason is easy to test.
+reason is easy to test. It never raises for a spec value: each object is evaluated on its own,
+and one whose evaluation fails in an unforeseen way is `SpecNotEvaluated` (and listed in
+`Plan.failures`), while the rest of the plan goes on.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from functools import partial
+from typing import Any, NamedTuple, TypeVar
 
 from pydantic import ValidationError
 
@@ -25,7 +28,6 @@ from kubescribe.api.models import (
     WatchRuleSpec,
 )
 from kubescribe.controller.streams import StreamSpec, merge_operations
-from kubescribe.git.repo import normalize_url
 from kubescribe.git.urlpolicy import UrlRefused, check_url
 from kubescribe.kube.discovery import Discovered
 from kubescribe.mirror import messages
@@ -41,8 +43,13 @@ from kubescribe.mirror.layout import paths_overlap as overlap
 from kubescribe.mirror.noise import NoisePolicy
 from kubescribe.mirror.owned import FULL, Content, KeepField
 from kubescribe.mirror.window import parse_duration
+from kubescribe.net.urls import normalize
 
+T = TypeVar("T")
 ObjKey = tuple[str, str]  # (namespace, name); namespace '' for cluster-scoped objects
+
+
+Contribution = list[tuple[StreamSpec, list[str]]]  # a rule's streams, with their operations
 
 
 class WorkerKey(NamedTuple):
@@ -55,6 +62,23 @@ class WorkerKey(NamedTuple):
 class Problem:
     reason: str
     message: str
+
+
+NOT_EVALUATED = Problem(
+    c.SPEC_NOT_EVALUATED,
+    "The operator could not evaluate this spec (logged as plan.spec_not_evaluated, with the "
+    "object's name); the rest of the plan goes on. Change the spec, and report it as a bug",
+)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """An object whose evaluation raised. `error` is the exception's type: its message may
+    repeat spec values, so it is not kept."""
+
+    kind: str
+    key: ObjKey
+    error: str
 
 
 @dataclass(frozen=True)
@@ -220,6 +244,7 @@ class Plan:
     targets: dict[TargetKey, TargetPlan] = field(default_factory=dict)
     rules: dict[tuple[str, ObjKey], RulePlan] = field(default_factory=dict)
     streams: dict[str, StreamSpec] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
     read_questions: set[ReadQuestion] = field(default_factory=set)  # with `TenantReads`
 
     def streams_of(self, target: TargetKey) -> list[StreamSpec]:
@@ -231,8 +256,37 @@ def _key(obj: Mapping[str, Any]) -> ObjKey:
     return str(meta.get("namespace") or ""), str(meta["name"])
 
 
+def _sort_key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    try:
+        return _key(obj)
+    except Exception:  # reported when it is evaluated
+        return "", ""
+
+
 def _generation(obj: Mapping[str, Any]) -> int:
-    return int(obj["metadata"].get("generation") or 0)
+    generation = obj["metadata"].get("generation")
+    return generation if isinstance(generation, int) else 0
+
+
+def _evaluated(
+    plan: Plan,
+    kind: str,
+    obj: Mapping[str, Any],
+    evaluate: Callable[[], T],
+    failed: Callable[[ObjKey, int], T],
+) -> T | None:
+    """`evaluate()`, or when it raises, `failed(key, generation)` (an object carrying
+    `NOT_EVALUATED`) and a `Failure` in the plan. None for an object without a name."""
+    try:
+        return evaluate()
+    except Exception as exc:
+        try:
+            key = _key(obj)
+        except Exception:  # the API server never sends one; nothing to report it on
+            plan.failures.append(Failure(kind, ("", ""), type(exc).__name__))
+            return None
+        plan.failures.append(Failure(kind, key, type(exc).__name__))
+        return failed(key, _generation(obj))
 
 
 def _invalid(exc: ValidationError) -> Problem:
@@ -262,7 +316,19 @@ def plan_provider(obj: Mapping[str, Any], *, allow_file_urls: bool = False) -> P
     except UrlRefused as refused:  # its message never repeats credentials found in the URL
         problem = Problem(c.URL_REFUSED, f"spec.url: {refused.message} ({refused.reason})")
         return ProviderPlan(key, gen, spec, problem=problem)
-    return ProviderPlan(key, gen, spec, normalized_url=normalize_url(spec.url))
+    return ProviderPlan(key, gen, spec, normalized_url=normalize(spec.url))
+
+
+def _provider_not_evaluated(key: ObjKey, generation: int) -> ProviderPlan:
+    return ProviderPlan(key, generation, None, problem=NOT_EVALUATED)
+
+
+def _cluster_not_evaluated(key: ObjKey, generation: int) -> ClusterPlan:
+    return ClusterPlan(key[1], generation, None, NOT_EVALUATED)
+
+
+def _target_not_evaluated(key: ObjKey, generation: int) -> TargetPlan:
+    return TargetPlan(TargetKey(*key), generation, None, problem=NOT_EVALUATED)
 
 
 def plan_cluster(obj: Mapping[str, Any]) -> ClusterPlan:
@@ -431,41 +497,59 @@ def compile_plan(
     asked of it are in `Plan.read_questions`."""
     plan = Plan()
     for obj in cluster_providers:
-        cluster_plan = plan_cluster(obj)
-        plan.clusters[cluster_plan.name] = cluster_plan
+        cluster_plan = _evaluated(
+            plan, "ClusterProvider", obj, partial(plan_cluster, obj), _cluster_not_evaluated
+        )
+        if cluster_plan is not None:
+            plan.clusters[cluster_plan.name] = cluster_plan
     remote = remote_discovered or {}
     target_cluster: dict[TargetKey, str] = {}
     for obj in providers:
-        p = plan_provider(obj, allow_file_urls=allow_file_urls)
-        plan.providers[p.key] = p
-    target_objs = list(targets)
-    target_plans = [_plan_target(obj, plan.providers) for obj in target_objs]
+        evaluate = partial(plan_provider, obj, allow_file_urls=allow_file_urls)
+        p = _evaluated(plan, "GitProvider", obj, evaluate, _provider_not_evaluated)
+        if p is not None:
+            plan.providers[p.key] = p
+    evaluated: list[tuple[TargetPlan, Mapping[str, Any]]] = []
+    for obj in targets:
+        evaluate_target = partial(_plan_target, obj, plan.providers)
+        tp = _evaluated(plan, "GitTarget", obj, evaluate_target, _target_not_evaluated)
+        if tp is not None:
+            evaluated.append((tp, obj))
+    target_plans = [tp for tp, _ in evaluated]
     order = {
         tp.key: (str(obj["metadata"].get("creationTimestamp", "")), tp.key.namespace, tp.key.name)
-        for tp, obj in zip(target_plans, target_objs, strict=True)
+        for tp, obj in evaluated
     }
     _reject_overlaps(target_plans, order)
-    target_plans = [_with_noise(tp, noise) for tp in target_plans]
+    for i, tp in enumerate(target_plans):
+        try:
+            target_plans[i] = _with_noise(tp, noise)
+        except Exception as exc:
+            plan.failures.append(
+                Failure("GitTarget", (tp.key.namespace, tp.key.name), type(exc).__name__)
+            )
+            target_plans[i] = dataclasses.replace(tp, problem=NOT_EVALUATED)
     plan.targets = {tp.key: tp for tp in target_plans}
 
-    merged: dict[str, list[tuple[StreamSpec, list[str]]]] = {}
+    merged: dict[str, Contribution] = {}
 
-    def add_rules(
+    def plan_rules(
         kind: str, obj: Mapping[str, Any], spec_type: type[Any], namespaced: bool
-    ) -> None:
+    ) -> tuple[RulePlan, Contribution, tuple[TargetKey, str] | None]:
+        """The rule's plan, the streams it adds and the cluster it claims for its target;
+        only the read questions it asks go into the plan here, so a rule that raises adds no
+        stream."""
         key, gen = _key(obj), _generation(obj)
         try:
             spec = spec_type.model_validate(obj.get("spec") or {})
         except ValidationError as exc:
-            plan.rules[(kind, key)] = RulePlan(kind, key, gen, None, problem=_invalid(exc))
-            return
+            return RulePlan(kind, key, gen, None, problem=_invalid(exc)), [], None
         ref = spec.target_ref
         target_key = TargetKey(getattr(ref, "namespace", None) or key[0], ref.name)
         target = plan.targets.get(target_key)
         if target is None:
             missing_target = Problem(c.TARGET_NOT_FOUND, f"GitTarget {target_key} not found")
-            plan.rules[(kind, key)] = RulePlan(kind, key, gen, target_key, problem=missing_target)
-            return
+            return RulePlan(kind, key, gen, target_key, problem=missing_target), [], None
         cluster, route, types = "", "", discovered
         if spec.cluster_ref is not None:
             cluster = spec.cluster_ref.name
@@ -475,20 +559,19 @@ def compile_plan(
                     c.CLUSTER_NOT_READY, f"ClusterProvider {cluster!r} has not been reached yet"
                 )
             if problem is not None:
-                plan.rules[(kind, key)] = RulePlan(kind, key, gen, target_key, problem=problem)
-                return
+                return RulePlan(kind, key, gen, target_key, problem=problem), [], None
             provider_spec = plan.clusters[cluster].spec
             assert provider_spec is not None
             route, types = provider_spec.audit_route or NO_AUDIT_ROUTE, remote[cluster]
-        if target_cluster.setdefault(target_key, cluster) != cluster:
+        if target_cluster.get(target_key, cluster) != cluster:
             first = target_cluster[target_key] or LOCAL_CLUSTER
             conflict = Problem(
                 c.CLUSTER_CONFLICT,
                 f"GitTarget {target_key} already mirrors cluster {first!r}: one cluster per "
                 "GitTarget (give each cluster a GitTarget of its own)",
             )
-            plan.rules[(kind, key)] = RulePlan(kind, key, gen, target_key, problem=conflict)
-            return
+            return RulePlan(kind, key, gen, target_key, problem=conflict), [], None
+        contribution: Contribution = []
         resolved: list[str] = []
         unresolved: list[str] = []
         sources: set[str] = set()
@@ -534,7 +617,7 @@ def compile_plan(
                 spec_ = StreamSpec(
                     target_key, item.rtype, namespace, (selector,), frozenset(), cluster, route
                 )
-                merged.setdefault(spec_.key, []).append((spec_, list(rule.operations)))
+                contribution.append((spec_, list(rule.operations)))
             for item in across:
                 assert namespaces is not None
                 resolved.append(item.rtype.gvr)
@@ -548,7 +631,7 @@ def compile_plan(
                     route,
                     (namespaces.model_dump(by_alias=True, exclude_none=True),),
                 )
-                merged.setdefault(spec_.key, []).append((spec_, list(rule.operations)))
+                contribution.append((spec_, list(rule.operations)))
         problem = None
         if not resolved and len(refused) < len(spec.rules):
             problem = Problem(
@@ -558,7 +641,7 @@ def compile_plan(
             )
         if problem is None and refused and not namespaced:  # a ClusterWatchRule's refusal
             problem = refused[0]
-        plan.rules[(kind, key)] = RulePlan(
+        rule_plan = RulePlan(
             kind,
             key,
             gen,
@@ -571,12 +654,35 @@ def compile_plan(
             checked.service_account if checked is not None else "",
             checked.refusal(not_readable) if checked is not None else None,
         )
+        return rule_plan, contribution, (target_key, cluster)
 
-    # Sorted, so which rule's cluster a target takes does not depend on arrival order.
-    for obj in sorted(watch_rules, key=_key):
-        add_rules("WatchRule", obj, WatchRuleSpec, True)
-    for obj in sorted(cluster_watch_rules, key=_key):
-        add_rules("ClusterWatchRule", obj, ClusterWatchRuleSpec, False)
+    def rule_not_evaluated(
+        kind: str, key: ObjKey, generation: int
+    ) -> tuple[RulePlan, Contribution, None]:
+        return RulePlan(kind, key, generation, None, problem=NOT_EVALUATED), [], None
+
+    rule_kinds: tuple[tuple[str, Iterable[Mapping[str, Any]], type[Any], bool], ...] = (
+        ("WatchRule", watch_rules, WatchRuleSpec, True),
+        ("ClusterWatchRule", cluster_watch_rules, ClusterWatchRuleSpec, False),
+    )
+    for kind, objs, spec_type, namespaced in rule_kinds:
+        # Sorted, so which rule's cluster a target takes does not depend on arrival order.
+        for obj in sorted(objs, key=_sort_key):
+            evaluated_rule = _evaluated(
+                plan,
+                kind,
+                obj,
+                partial(plan_rules, kind, obj, spec_type, namespaced),
+                partial(rule_not_evaluated, kind),
+            )
+            if evaluated_rule is None:
+                continue
+            rule_plan, contribution, claim = evaluated_rule
+            plan.rules[(kind, rule_plan.key)] = rule_plan
+            if claim is not None:
+                target_cluster.setdefault(*claim)
+            for spec_, operations in contribution:
+                merged.setdefault(spec_.key, []).append((spec_, operations))
     for target_key, cluster in target_cluster.items():
         if cluster and target_key in plan.targets:
             t = plan.targets[target_key]

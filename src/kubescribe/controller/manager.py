@@ -21,6 +21,7 @@ from kubescribe.controller.clusters import ClusterProviders
 from kubescribe.controller.commitrequests import CommitRequests, TargetAccess
 from kubescribe.controller.cursors import CursorKeeper
 from kubescribe.controller.desired import (
+    Failure,
     Plan,
     RulePlan,
     TargetPlan,
@@ -62,6 +63,8 @@ from kubescribe.mirror.window import WindowPolicy, parse_duration
 from kubescribe.store.cursors import CursorStore, NoCursorStore
 
 log = structlog.get_logger(__name__)
+
+_CRASH_BACKOFF_MAX = 30.0  # seconds between reconcile passes while each one crashes
 
 
 OWN_TYPES = {
@@ -174,6 +177,7 @@ class Manager:
                 on_change=self._poke.set,
             )
         self._owned: frozenset[WorkerKey] = frozenset()
+        self._plan_failures: frozenset[Failure] = frozenset()
         self._webhook = (
             ChangeWebhook(client, *self.settings.changes_webhook)
             if self.settings.changes_webhook
@@ -232,13 +236,23 @@ class Manager:
                 await self._shards.tick()  # join before the first plan: writers spread at once
                 self._tasks.append(asyncio.create_task(self._shards.run()))
             await asyncio.gather(*(i.synced.wait() for i in own))
+            crashes = 0
             while True:
                 try:
                     await self._reconcile()
+                    crashes = 0
                 except (ApiError, aiohttp.ClientError, OSError) as exc:
                     # The API server hiccuped mid-reconcile: streams and workers keep running;
                     # the next poke or the 10 s tick reconciles again.
+                    metrics.RECONCILE_ERRORS.labels("api").inc()
                     log.warning("reconcile.failed", error=str(exc) or type(exc).__name__)
+                except Exception:
+                    # A bug must not end the loop (it would stop every tenant until a restart):
+                    # log it, count it and try again, less often while it repeats.
+                    crashes += 1
+                    metrics.RECONCILE_ERRORS.labels("crashed").inc()
+                    log.exception("reconcile.crashed", attempt=crashes)
+                    await asyncio.sleep(min(_CRASH_BACKOFF_MAX, 0.5 * 2 ** min(crashes, 8)))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._poke.wait(), timeout=10)
                 self._poke.clear()
@@ -301,6 +315,7 @@ class Manager:
         if self._tenant_reads is not None:
             plan = await self._with_read_answers(self._tenant_reads, plan)
         self.plan = plan
+        self._report_plan_failures()
         self._clusters.sync(self.plan.clusters)
         await self._providers.sync(self.plan.providers)
         self._providers.gate(self.plan)  # no credentials or signing key: the targets wait
@@ -325,6 +340,24 @@ class Manager:
             r.informer.synced.is_set() or r.informer.forbidden for r in self._streams.values()
         )
         await self._write_statuses()
+
+    def _report_plan_failures(self) -> None:
+        """Log the objects whose spec could not be evaluated (once, when the set changes)."""
+        failures = frozenset(self.plan.failures)
+        if failures == self._plan_failures:
+            return
+        for failure in failures - self._plan_failures:
+            namespace, name = failure.key
+            log.error(
+                "plan.spec_not_evaluated",
+                kind=failure.kind,
+                namespace=namespace,
+                name=name,
+                error=failure.error,
+            )
+        self._plan_failures = failures
+        for kind in OWN_TYPES:
+            metrics.PLAN_FAILURES.labels(kind).set(sum(1 for f in failures if f.kind == kind))
 
     async def _with_read_answers(self, reads: TenantReadReviews, plan: Plan) -> Plan:
         """The plan again with the answers to what it asked; a rule that arrived while the API

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 import pygit2
 from pygit2.enums import FetchPrune
@@ -32,11 +32,10 @@ from kubescribe.git.transport.callbacks import (
 from kubescribe.git.transport.errors import GitFailure, classify_git_error
 from kubescribe.git.transport.secret import Credentials
 from kubescribe.git.urlpolicy import UrlRefused, check_transfer
+from kubescribe.net.urls import normalize
 
 CallbacksFactory = Callable[[], pygit2.RemoteCallbacks]
 
-_SCP_LIKE = re.compile(r"^(?:(?P<user>[^@/:]+)@)?(?P<host>[^/:]+):(?!//)(?P<path>.*)$")
-_DEFAULT_PORTS = {"http": 80, "https": 443, "ssh": 22, "git": 9418}
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]*@")
 # libgit2's messages for a push that would not fast-forward: the local transport's check
 # when the remote tip is unknown locally, and its fast-forward check when it is known.
@@ -179,34 +178,6 @@ def limit_libgit2_memory() -> None:
     pygit2.settings.mwindow_file_limit = _OPEN_PACK_FILES
 
 
-def normalize_url(url: str) -> str:
-    """The key of a repository for "one writer per (repository, branch)".
-
-    Lowercases scheme and host, drops default ports, credentials (an SSH user name is kept:
-    it is part of the address, not a secret), a trailing `/` and `.git`; `user@host:path`
-    becomes `ssh://user@host/path` and a plain path becomes a file:// URL.
-    """
-    url = url.strip()
-    if "://" not in url:
-        scp = _SCP_LIKE.match(url)
-        if scp and not url.startswith("/"):
-            user = f"{scp['user']}@" if scp["user"] else ""
-            url = f"ssh://{user}{scp['host']}/{scp['path'].lstrip('/')}"
-        else:
-            url = Path(url).absolute().as_uri()
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    host = (parts.hostname or "").lower()
-    if ":" in host:
-        host = f"[{host}]"
-    if parts.port is not None and parts.port != _DEFAULT_PORTS.get(scheme):
-        host = f"{host}:{parts.port}"
-    if scheme == "ssh" and parts.username:
-        host = f"{parts.username}@{host}"
-    path = parts.path.rstrip("/").removesuffix(".git").rstrip("/")
-    return urlunsplit((scheme, host, path, "", ""))
-
-
 def redact(message: str, url: str) -> str:
     """`message` with any credentials in URLs removed."""
     parts = urlsplit(url) if "://" in url else None
@@ -216,7 +187,7 @@ def redact(message: str, url: str) -> str:
 
 
 def cache_path(cache_dir: Path, url: str) -> Path:
-    digest = hashlib.sha256(normalize_url(url).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(normalize(url).encode()).hexdigest()[:16]
     return cache_dir / f"{digest}.git"
 
 

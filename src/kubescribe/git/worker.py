@@ -41,7 +41,6 @@ from kubescribe.git.repo import (
     RemoteError,
     RemoteUnavailable,
     SigningUnavailable,
-    normalize_url,
 )
 from kubescribe.git.targets import (
     RETRY_INITIAL,
@@ -58,6 +57,7 @@ from kubescribe.git.writer import CacheUnwritable, Writer
 from kubescribe.mirror.authors import Author, AuthorResolver
 from kubescribe.mirror.changes import Change, Cursor, TargetKey
 from kubescribe.mirror.layout import paths_overlap
+from kubescribe.net.urls import normalize
 
 log = structlog.get_logger(__name__)
 
@@ -90,7 +90,7 @@ class BranchWorker:
     ) -> None:
         self.url = url
         self.branch = branch
-        self.key = (normalize_url(url), branch)
+        self.key = (normalize(url), branch)
         self.committer = committer
         self._on_report = on_report
         self._on_pushed = on_pushed

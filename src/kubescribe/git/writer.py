@@ -33,10 +33,10 @@ from kubescribe.git.repo import (
     PushRejected,
     RemoteUnavailable,
     cache_path,
-    normalize_url,
 )
 from kubescribe.git.targets import Committer, Item, TargetConfig
 from kubescribe.mirror.changes import TargetKey
+from kubescribe.net.urls import normalize
 
 _PROBE_SIZE = 1 << 20  # a batch's pack needs room too, not a few bytes
 
@@ -99,7 +99,7 @@ class Writer:
         self.tip: pygit2.Oid | None = None
         self.tip_known = False
         self.cache = BuildCache()
-        self._packs_gauge = metrics.CACHE_PACKS.labels(f"{normalize_url(url)}#{branch}")
+        self._packs_gauge = metrics.CACHE_PACKS.labels(f"{normalize(url)}#{branch}")
 
     def open(self) -> GitRepository:
         repo = self.repo

@@ -16,8 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
 
 from kubescribe.kube import config
+from kubescribe.net.addresses import network_policy, refusal
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -31,6 +34,34 @@ class ApiError(Exception):
         self.status = status
         self.reason = reason
         self.message = message
+
+
+class AddressRefused(OSError):
+    """An untrusted API server's name resolved to an address the address policy refuses."""
+
+
+class GuardedResolver(AbstractResolver):
+    """Resolves through `inner` and refuses the whole answer when any address is one the
+    address policy refuses, at every new connection (a name re-pointed after the kubeconfig
+    was read is caught at the next one). Literal addresses never reach a resolver; they are
+    checked when the kubeconfig is read."""
+
+    def __init__(self, inner: AbstractResolver | None = None) -> None:
+        self._inner = inner or DefaultResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        answers = await self._inner.resolve(host, port, family)
+        policy = network_policy()
+        for answer in answers:
+            why = refusal(answer["host"], policy)
+            if why is not None:
+                raise AddressRefused(f"{host} resolves to {answer['host']}, which {why}")
+        return answers
+
+    async def close(self) -> None:
+        await self._inner.close()
 
 
 class RateLimit:
@@ -56,13 +87,23 @@ class RateLimit:
 
 class KubeClient:
     """JSON requests and watch streams against one API server (requests, and the start of each
-    watch, under `limit` when given)."""
+    watch, under `limit` when given). An untrusted connection (a ClusterProvider's) resolves
+    through `GuardedResolver` (`resolver` replaces its inner resolver, for tests) and follows
+    no redirects."""
 
-    def __init__(self, connection: config.Connection, limit: RateLimit | None = None) -> None:
+    def __init__(
+        self,
+        connection: config.Connection,
+        limit: RateLimit | None = None,
+        *,
+        resolver: AbstractResolver | None = None,
+    ) -> None:
         self.host = connection.host
         self._connection = connection
         self._limit = limit
-        connector = aiohttp.TCPConnector(limit=0, ssl=connection.ssl)
+        self._redirects = not connection.untrusted
+        guard = GuardedResolver(resolver) if connection.untrusted else None
+        connector = aiohttp.TCPConnector(limit=0, ssl=connection.ssl, resolver=guard)
         self._session = aiohttp.ClientSession(connector=connector)
 
     @classmethod
@@ -112,9 +153,10 @@ class KubeClient:
             data=data,
             headers=headers,
             timeout=aiohttp.ClientTimeout(total=timeout),
+            allow_redirects=self._redirects,
         ) as resp:
             payload = await resp.read()
-            if resp.status >= 400:
+            if resp.status >= 300:
                 raise _api_error(resp.status, payload)
             return json.loads(payload) if payload else None
 
@@ -134,9 +176,13 @@ class KubeClient:
         headers = self._headers(JSON)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=idle_timeout)
         async with self._session.get(
-            self.host + path, params=params, headers=headers, timeout=timeout
+            self.host + path,
+            params=params,
+            headers=headers,
+            timeout=timeout,
+            allow_redirects=self._redirects,
         ) as resp:
-            if resp.status >= 400:
+            if resp.status >= 300:
                 raise _api_error(resp.status, await resp.read())
             if resp.connection is not None and resp.connection.transport is not None:
                 _keep_alive(resp.connection.transport.get_extra_info("socket"))

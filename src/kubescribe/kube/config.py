@@ -19,6 +19,10 @@ from typing import Any
 
 import yaml
 
+from kubescribe.api import conditions as c
+from kubescribe.net.addresses import network_policy, refusal
+from kubescribe.net.urls import Form, UrlSyntaxError, parse
+
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
@@ -34,6 +38,7 @@ class Connection:
     ssl: ssl.SSLContext | bool
     token: str | None = None
     token_file: Path | None = None
+    untrusted: bool = False  # from a Secret: the address policy applies at every connection
 
     def authorization(self) -> str | None:
         """The Authorization header; token files are re-read (projected tokens rotate)."""
@@ -115,6 +120,15 @@ class KubeconfigRefused(ConfigError):
         self.reason = reason
 
 
+class ServerAddressRefused(KubeconfigRefused):
+    """The kubeconfig's server is an address the operator may not connect to for a tenant
+    (the address policy of Git URLs: metadata, link-local, private with
+    --deny-private-networks)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(c.CLUSTER_ADDRESS_REFUSED, message)
+
+
 _FILE_KEYS = ("certificate-authority", "client-certificate", "client-key", "tokenFile")
 _REFUSED_USER_KEYS = {
     "exec": "exec plugins",
@@ -168,6 +182,7 @@ def from_untrusted_kubeconfig(
             "the server must be https:// with TLS verified (the operator allows otherwise only"
             " with --allow-insecure-cluster-tls)",
         )
+    _check_server(server)
     try:
         tls: ssl.SSLContext | bool = False
         if not insecure:
@@ -185,7 +200,27 @@ def from_untrusted_kubeconfig(
             "KubeconfigInvalid", f"unusable TLS material: {exc.__class__.__name__}"
         ) from None
     token = user.get("token")
-    return Connection(host=server.rstrip("/"), ssl=tls, token=str(token) if token else None)
+    return Connection(
+        host=server.rstrip("/"), ssl=tls, token=str(token) if token else None, untrusted=True
+    )
+
+
+def _check_server(server: str) -> None:
+    """The server's URL parses, holds no credentials, and its host is one the address policy
+    allows (names are checked again, as they resolve, at every connection)."""
+    try:
+        remote = parse(server)
+    except UrlSyntaxError:
+        remote = None
+    if remote is None or remote.form is not Form.URL or not remote.host:
+        raise KubeconfigRefused("KubeconfigInvalid", "the server is not a URL with a host")
+    if remote.user is not None or remote.password:
+        raise KubeconfigRefused(
+            "KubeconfigRefused", "credentials in the server URL are not allowed"
+        )
+    why = refusal(remote.host, network_policy())
+    if why is not None:
+        raise ServerAddressRefused(f"the server {remote.host} {why}")
 
 
 def in_cluster() -> Connection:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from urllib.parse import urlsplit
 
 import pygit2
 from pygit2.enums import CredentialType
@@ -19,8 +18,10 @@ from kubescribe.git.transport.libgit2_certs import (
 )
 from kubescribe.git.transport.secret import SSH_KEY_NAMES, Credentials
 from kubescribe.git.transport.tls import verify_tls
+from kubescribe.net.urls import Form, parse
 
 DEFAULT_SSH_USER = "git"
+_SSH = ("ssh+git", "git+ssh")
 
 
 class GitCallbacks(pygit2.RemoteCallbacks):
@@ -129,13 +130,7 @@ def remote_callbacks(creds: Credentials, url: str) -> GitCallbacks:
 
 def _endpoint(url: str) -> tuple[str, str | None, str, int]:
     """(scheme, user, host, port) of an URL or an scp-like `user@host:path`."""
-    if "://" in url:
-        parts = urlsplit(url)
-        scheme = parts.scheme.lower()
-        if scheme in ("ssh+git", "git+ssh"):
-            scheme = "ssh"
-        default = {"ssh": 22, "https": 443, "http": 80}.get(scheme, 0)
-        return scheme, parts.username, parts.hostname or "", parts.port or default
-    user, _, rest = url.rpartition("@")
-    host = rest.split(":", 1)[0].strip("[]")
-    return "ssh", user or None, host, 22
+    remote = parse(url)
+    scheme = "ssh" if remote.form is Form.SCP or remote.scheme in _SSH else remote.scheme
+    default = {"ssh": 22, "https": 443, "http": 80}.get(scheme, 0)
+    return scheme, remote.user, remote.host, remote.port or default
