@@ -79,23 +79,23 @@ def unwrap(armored: str, identities: Sequence[x25519.Identity]) -> bytes | None:
         return None
 
 
-# --- stanzas made again from a seed ------------------------------------------------------
+# --- stanzas made again from their key ------------------------------------------------------
 
 _BECH32 = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
 _SEEDED_INFO = b"kubescribe age stanza v1\x00"
 _CHUNK = 64 * 1024  # age's payload chunk: what fits one chunk needs no counter past zero
 
 
-def wrap_seeded(data: bytes, recipient: str, seed: bytes) -> str:
-    """``data`` encrypted to one recipient like `wrap` (an age v1 file, ASCII-armored), with
+def wrap_seeded(key: bytes, recipient: str) -> str:
+    """``key`` encrypted to one recipient like `wrap` (an age v1 file, ASCII-armored), with
     every input age draws at random (file key, ephemeral key, payload nonce) derived from
-    ``seed`` and the recipient instead: the same inputs give the same bytes, so whoever holds
-    ``seed`` can check a stanza by making it again, for any recipient. ``seed`` must be a
-    secret of the same standing as ``data`` (sops: the data key itself)."""
+    ``key`` itself and the recipient: the same inputs give the same bytes, so whoever holds
+    the key can check any recipient's stanza by making it again. The payload is the seed, so
+    one derived nonce never encrypts two plaintexts."""
     their = _public_key(check_recipient(recipient))
-    if not 0 < len(data) <= _CHUNK:
+    if not 0 < len(key) <= _CHUNK:
         raise ValueError("a seeded stanza holds one payload chunk")
-    derived = _hkdf(seed, b"", _SEEDED_INFO + their, 64)
+    derived = _hkdf(key, b"", _SEEDED_INFO + their, 64)
     file_key, ephemeral, nonce = derived[:16], derived[16:48], derived[48:]
     secret = X25519PrivateKey.from_private_bytes(ephemeral)
     share = secret.public_key().public_bytes_raw()
@@ -105,7 +105,7 @@ def wrap_seeded(data: bytes, recipient: str, seed: bytes) -> str:
     header = f"age-encryption.org/v1\n-> X25519 {_raw64(share)}\n{_raw64(body)}\n---".encode()
     mac = hmac.new(_hkdf(file_key, b"", b"header", 32), header, hashlib.sha256).digest()
     payload_key = _hkdf(file_key, nonce, b"payload", 32)
-    payload = ChaCha20Poly1305(payload_key).encrypt(bytes(11) + b"\x01", data, None)
+    payload = ChaCha20Poly1305(payload_key).encrypt(bytes(11) + b"\x01", key, None)
     binary = header + f" {_raw64(mac)}\n".encode() + nonce + payload
     text = base64.b64encode(binary).decode("ascii")
     lines = "\n".join(text[i : i + 64] for i in range(0, len(text), 64))

@@ -490,7 +490,7 @@ def _unchanged(
 def _stanza(key: bytes, recipient: str) -> str:
     """The recipient's stanza of the data key, the same bytes every time (see the module).
     Remembered: it costs two X25519 operations, and a snapshot renders every document."""
-    return age.wrap_seeded(key, recipient, key)
+    return age.wrap_seeded(key, recipient)
 
 
 def _age_entries(key: bytes, recipients: list[str]) -> list[dict[str, str]]:
