@@ -14,10 +14,12 @@ import hashlib
 import json
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -404,6 +406,30 @@ def metric_total(operator: OperatorProcess, name: str) -> float:
     )
 
 
+def wait_serving(operator: OperatorProcess, timeout: float) -> float:
+    """When `/healthz` first answered: the operator serves it just before `operator.started`,
+    once its imports, API client and attribution are up and before the first watch."""
+    url = f"http://127.0.0.1:{operator.metrics_port}/healthz"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1):
+            return time.monotonic()
+        time.sleep(0.01)
+    raise TimeoutError("the operator did not serve /healthz in time")
+
+
+@contextlib.contextmanager
+def cpu_hogs(count: int) -> Iterator[None]:
+    """`count` processes that each keep a core busy, for figures on a loaded machine."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
 def wait_metric(setup: Setup, name: str, at_least: float, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -438,6 +464,7 @@ def warm_restart(setup: Setup, n: int, changed: int = 10, deleted: int = 5) -> d
             want = {name: expected_oid(name, "2") for name in names[:changed]}
             gone = set(names[changed : changed + deleted])
             restarted = setup.start_operator(*flags)
+            serving = wait_serving(setup.operator, 60)
             seen = setup.remote.wait(
                 lambda t: all(t.get(k) == v for k, v in want.items()) and not gone & set(t),
                 600,
@@ -453,6 +480,7 @@ def warm_restart(setup: Setup, n: int, changed: int = 10, deleted: int = 5) -> d
         "objects": n,
         "changed_while_down": changed,
         "deleted_while_down": deleted,
+        "serving_after_restart_s": round(serving - restarted, 2),
         "caught_up_after_restart_s": round(seen - restarted, 2),
         "watch_events_after_restart": int(events),
     }
@@ -623,6 +651,13 @@ def soak(setup: Setup, minutes: float, rate: float = 1.0, objects: int = 100) ->
 )
 @click.option("--soak-minutes", default=30.0, show_default=True)
 @click.option("--soak-rate", default=1.0, show_default=True, help="changes per second")
+@click.option(
+    "--hog",
+    default=0,
+    show_default=True,
+    help="Busy processes (one core each) running beside every workload: figures on a loaded "
+    "machine.",
+)
 def main(
     workloads: tuple[str, ...],
     samples: int,
@@ -630,6 +665,7 @@ def main(
     contents: str,
     soak_minutes: float,
     soak_rate: float,
+    hog: int,
 ) -> None:
     """WORKLOADS: any of latency_isolated latency_stream latency_stream_kustomized backfill
     burst crash warm_restart adopt soak (default: all but soak; backfill 50000 and soak are
@@ -675,7 +711,9 @@ def main(
             with tempfile.TemporaryDirectory(prefix="kubescribe-bench-") as tmp:
                 setup = Setup(Path(tmp), mode)
                 try:
-                    click.echo(json.dumps({**run(setup), "content": mode}), nl=True)
+                    with cpu_hogs(hog):
+                        figures = run(setup)
+                    click.echo(json.dumps({**figures, "content": mode, "hog": hog}), nl=True)
                 finally:
                     setup.close()
 
