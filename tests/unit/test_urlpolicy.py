@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from click.testing import CliRunner
 
-from kubescribe import cli
+from kubescribe import app, cli
 from kubescribe.git.urlpolicy import UrlRefusal, UrlRefused, check_transfer, check_url
 from kubescribe.net.addresses import NetworkPolicy, network_policy, set_network_policy
 
@@ -198,7 +198,7 @@ def test_run_sets_the_network_policy_from_its_flag(
     def run_operator(*_: object, **__: object) -> None:
         seen.append(network_policy().deny_private)
 
-    monkeypatch.setattr(cli, "run_operator", run_operator)
+    monkeypatch.setattr(app, "run_operator", run_operator)  # `run` imports it when it runs
     monkeypatch.setattr(cli, "_until_signal", lambda operator: asyncio.sleep(0))
     try:
         result = CliRunner().invoke(cli.main, ["run", *args])
