@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -406,6 +407,14 @@ def metric_total(operator: OperatorProcess, name: str) -> float:
     )
 
 
+def cpu_seconds(operator: OperatorProcess) -> float:
+    """User and system CPU time the operator (all its threads) has used so far."""
+    assert operator.proc is not None
+    stat = Path(f"/proc/{operator.proc.pid}/stat").read_text()
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def wait_serving(operator: OperatorProcess, timeout: float) -> float:
     """When `/healthz` first answered: the operator serves it just before `operator.started`,
     once its imports, API client and attribution are up and before the first watch."""
@@ -482,7 +491,7 @@ def warm_restart(
                     600,
                     every=0.02,
                 )
-                cpu.append(setup.operator.cpu_seconds())
+                cpu.append(cpu_seconds(setup.operator))
                 caught_up.append(seen - restarted)
                 events.append(metric_total(setup.operator, "kubescribe_watch_events_total"))
         finally:

@@ -95,13 +95,6 @@ class OperatorProcess:
                 return round(int(line.split()[1]) / 1024, 1)
         return 0.0
 
-    def cpu_seconds(self) -> float:
-        """User and system CPU time the process (all its threads) has used so far."""
-        assert self.proc is not None
-        stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
-        fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
     def open_files(self) -> int:
         assert self.proc is not None
         return len(list(Path(f"/proc/{self.proc.pid}/fd").iterdir()))
