@@ -29,7 +29,7 @@ import click
 from kubescribe.api.crds import render_crds
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote
-from kubescribe.devenv.operator import OperatorProcess
+from kubescribe.devenv.operator import OperatorProcess, compile_bytecode
 from kubescribe.devenv.redis import RedisServer
 from kubescribe.kube.client import KubeClient
 from kubescribe.mirror.sanitize import sanitize
@@ -742,6 +742,7 @@ def main(
     if "soak" in chosen:
         runs.append(("soak", lambda s: soak(s, soak_minutes, soak_rate)))
     modes = [m for m in contents.split(",") if m]
+    compile_bytecode()  # start from bytecode, as the image does
     for _, run in runs:
         for mode in modes:
             with tempfile.TemporaryDirectory(prefix="kubescribe-bench-") as tmp:
