@@ -40,7 +40,8 @@ COMMAND_LINE = frozenset(
     }
 )
 # Used only when configured: Redis (--redis-url), operator-managed webhook certificates
-# (--webhook-cert-secret), kubeconfigs that need the Kubernetes client's loader.
+# (--webhook-cert-secret), kubeconfigs that need the Kubernetes client's loader, SOPS and age
+# (a target that encrypts), keys and CA bundles (a Secret that holds them).
 OPTIONAL = frozenset(
     {
         "redis",
@@ -50,6 +51,10 @@ OPTIONAL = frozenset(
         "kubescribe.controller.certrotation",
         "kubescribe.controller.webhookcerts",
         "kubernetes_asyncio",
+        "kubescribe.secrets.sops",
+        "kubescribe.secrets.age",
+        "cryptography",
+        "pyrage",
     }
 )
 
