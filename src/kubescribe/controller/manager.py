@@ -4,7 +4,6 @@ and report status."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
@@ -61,6 +60,7 @@ from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY, NoisePolicy
 from kubescribe.mirror.owned import FULL, Content
 from kubescribe.mirror.window import WindowPolicy, parse_duration
 from kubescribe.store.cursors import CursorStore, NoCursorStore
+from kubescribe.waits import wait_event
 
 log = structlog.get_logger(__name__)
 
@@ -253,8 +253,7 @@ class Manager:
                     metrics.RECONCILE_ERRORS.labels("crashed").inc()
                     log.exception("reconcile.crashed", attempt=crashes)
                     await asyncio.sleep(min(_CRASH_BACKOFF_MAX, 0.5 * 2 ** min(crashes, 8)))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._poke.wait(), timeout=10)
+                await wait_event(self._poke, 10)
                 self._poke.clear()
                 await asyncio.sleep(0.05)  # coalesce bursts of object events
         finally:
@@ -281,10 +280,7 @@ class Manager:
     # -- discovery -------------------------------------------------------------------------
     async def _discovery_loop(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._discovery_poke.wait(), self.settings.discovery_interval
-                )
+            await wait_event(self._discovery_poke, self.settings.discovery_interval)
             self._discovery_poke.clear()
             await asyncio.sleep(0.5)  # a CRD is served a moment after it is created
             try:
