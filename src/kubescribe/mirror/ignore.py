@@ -68,8 +68,7 @@ class IgnoreRule:
         for i, entry in enumerate(service_accounts):
             namespace, _, name = entry.partition("/")
             if not (
-                _DNS_LABEL.fullmatch(namespace)
-                and (name == "*" or _DNS_SUBDOMAIN.fullmatch(name))
+                _DNS_LABEL.fullmatch(namespace) and (name == "*" or _DNS_SUBDOMAIN.fullmatch(name))
             ):
                 raise InvalidIgnore(
                     f"{where}.serviceAccounts[{i}]: {entry[:300]!r} is not namespace/name or"
