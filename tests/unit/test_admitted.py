@@ -158,7 +158,8 @@ async def test_the_match_carries_the_username_and_two_users_behind_one_name_name
     sa = "system:serviceaccount:flux-system:kustomize-controller"
     store = await store_of((review(sa, "UPDATE", cm("x")), 100.0))
     match = AdmittedAuthors(store).match(event("x"), 100.2)
-    assert match is not None and match.author is not None
+    assert match is not None
+    assert match.author is not None
     assert match.author.user == sa  # spec.ignore.changesBy matches on it
 
     def named(user: str) -> Any:
@@ -168,4 +169,5 @@ async def test_the_match_carries_the_username_and_two_users_behind_one_name_name
 
     store = await store_of((named("ops-1"), 100.0), (named("ops-2"), 100.1))
     both = AdmittedAuthors(store).match(event("y"), 100.2)
-    assert both is not None and both.author is None
+    assert both is not None
+    assert both.author is None

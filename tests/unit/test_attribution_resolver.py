@@ -91,7 +91,8 @@ async def test_the_answer_carries_the_username_and_two_users_behind_one_name_are
     await store.add("local", keyed([one]))
     resolver = AuditAuthorResolver(store, "local", grace=0)
     answer = await resolver.author_of(change(), time.monotonic())
-    assert answer == ops and answer is not None
+    assert answer == ops
+    assert answer is not None
     assert answer.user == "ops-1"  # spec.ignore.changesBy matches on it
     # Another user with the same display name and email overlapping for that version.
     two = fact(FACT_WRITE, ops, username="ops-2", uid="u-1", resource_version="10")

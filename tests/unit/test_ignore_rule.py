@@ -59,7 +59,8 @@ def test_needs_author_only_for_users_and_service_accounts() -> None:
     assert not IgnoreRule.parse(field_managers=["helm"]).needs_author
     assert IgnoreRule.parse(users=["alice"]).needs_author
     assert IgnoreRule.parse(service_accounts=["a/b"]).needs_author
-    assert not NO_IGNORE and not NO_IGNORE.needs_author
+    assert not NO_IGNORE
+    assert not NO_IGNORE.needs_author
     assert NO_IGNORE.ignores("helm", "alice") is None
 
 

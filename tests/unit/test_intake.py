@@ -375,7 +375,8 @@ async def test_configured_author_resolves_only_to_match_and_commits_as_the_commi
 
     assert f.names() == ["skipped flux", "bob"]  # FIFO: bob's change waited behind flux's
     [_, bobs] = f.out
-    assert isinstance(bobs, Change) and bobs.author is None  # configured-author
+    assert isinstance(bobs, Change)
+    assert bobs.author is None
     assert ignored("serviceaccount") == before + 1
 
 
@@ -410,7 +411,8 @@ async def test_a_dropped_change_rides_with_the_open_window_without_moving_its_de
     f.now += 3
     f.intake.enter(by_manager("flux", "kustomize-controller"))
 
-    assert f.out == [] and f.intake.next_deadline() == deadline
+    assert f.out == []
+    assert f.intake.next_deadline() == deadline
     f.now = 106
     f.intake.close_due()
     [group] = f.out

@@ -230,9 +230,9 @@ class Intake:
             return None
         if settings.ignore.ignores(change.field_manager, "") is not None:
             return None  # dropped whoever made it
-        if settings.attribution is not AttributionMode.ATTRIBUTED:
-            if not settings.ignore.needs_author:
-                return None
+        attributed = settings.attribution is AttributionMode.ATTRIBUTED
+        if not attributed and not settings.ignore.needs_author:
+            return None
         return asyncio.get_running_loop().create_task(self._resolve(self.resolver, change))
 
     @staticmethod
