@@ -27,6 +27,7 @@ from tests.support import Operator, manifest, metric, wait_condition, wait_for, 
 pytestmark = pytest.mark.controlplane
 
 IGNORED = "kubescribe_changes_ignored_total"
+RBAC = "rbac.authorization.k8s.io"
 
 
 @dataclass
@@ -101,9 +102,9 @@ def grant_configmaps(cp: ControlPlane, ns: str, *subjects: dict[str, str]) -> No
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
         "metadata": {"name": "edit-configmaps", "namespace": ns},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]},
+        "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": "edit-configmaps"},
         "subjects": list(subjects),
-    }  # fmt: skip
+    }
     cp.apply(manifest(role, binding))
 
 
@@ -115,11 +116,13 @@ def service_account_kubeconfig(cp: ControlPlane, ns: str, name: str, where: Path
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": cp.server, "certificate-authority-data": ca}}],
+        "clusters": [
+            {"name": "c", "cluster": {"server": cp.server, "certificate-authority-data": ca}}
+        ],
         "users": [{"name": "sa", "user": {"token": token}}],
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "sa"}}],
         "current-context": "c",
-    }  # fmt: skip
+    }
     path = where / f"kubeconfig-sa-{name}"
     path.write_text(json.dumps(config))
     return path
@@ -245,7 +248,12 @@ def test_a_listed_field_manager_is_dropped_without_attribution(
     path = cm_path(ns, "app")
 
     def apply(data: dict[str, str]) -> None:
-        doc = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app", "namespace": ns}, "data": data}  # fmt: skip
+        doc = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "app", "namespace": ns},
+            "data": data,
+        }
         cp.kubectl(
             "apply",
             "--server-side",
