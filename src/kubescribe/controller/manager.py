@@ -504,6 +504,7 @@ class Manager:
             infer_authors=target.provider.spec.attribution.infer_from_managed_fields,
             kustomize=self._kustomize_config(target),
             base_branch=target.spec.base_branch,
+            ignore=target.ignore,
         )
 
     def _kustomize_config(self, target: TargetPlan) -> KustomizeConfig | None:

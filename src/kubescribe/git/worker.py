@@ -33,6 +33,7 @@ from kubescribe.git.intake import (
     Intake,
     RequestHandle,
     RequestOutcome,
+    Skipped,
 )
 from kubescribe.git.repo import (
     CallbacksFactory,
@@ -160,8 +161,8 @@ class BranchWorker:
         """Queue an item (FIFO); never blocks (a producer awaits `room` after it)."""
         if self._stopping and (self._task is None or self._task.done()):
             raise RuntimeError("branch worker is stopped")
-        if isinstance(item, Group):
-            raise TypeError("groups are made by the commit window, not submitted")
+        if isinstance(item, Group | Skipped):
+            raise TypeError("groups and skips are made by the intake, not submitted")
         self._intake.enter(item)  # author and window rules; then `_enqueue`
 
     def _enqueue(self, item: Item) -> None:
@@ -258,6 +259,9 @@ class BranchWorker:
                 continue
             batch = self._unpushed = [*self._unpushed, *self._queue]
             self._queue.clear()
+            if not self._upkeep_due and all(isinstance(i, Skipped) for i in batch):
+                self._skipped(batch)  # nothing to write: no fetch, no push
+                continue
             targets = dict(self._targets)
             self._upkeep_due = False
             try:
@@ -344,6 +348,18 @@ class BranchWorker:
                 )
             )
         if cursors and self._on_pushed is not None:
+            try:
+                self._on_pushed(cursors)
+            except Exception:  # a callback must not stop the writer
+                self._log.exception("worker.on_pushed_failed")
+
+    def _skipped(self, batch: list[Item]) -> None:
+        """Acknowledge dropped changes (`spec.ignore`) at once: everything queued before
+        them was pushed already (a failed batch would be part of this one)."""
+        self._unpushed = []
+        self._depth_changed()
+        cursors = [item.cursor for item in batch if isinstance(item, Skipped)]
+        if self._on_pushed is not None:
             try:
                 self._on_pushed(cursors)
             except Exception:  # a callback must not stop the writer
