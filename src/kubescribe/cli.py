@@ -6,13 +6,10 @@ their flags only, so `kubescribe version` and `--help` answer without loading th
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import datetime as dt
 import os
 import shutil
-import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -350,6 +347,14 @@ def _certificate_options(command: Callable[..., None]) -> Callable[..., None]:
     help="Seconds after which a replica that stopped renewing its Leases is replaced.",
 )
 @click.option(
+    "--shutdown-timeout",
+    type=click.FloatRange(min=1),
+    default=8.0,
+    show_default=True,
+    help="Seconds from SIGTERM to released Leases: writers push what they hold, cursors are "
+    "saved (keep it a few seconds under the Pod's terminationGracePeriodSeconds).",
+)
+@click.option(
     "--kustomize",
     "kustomize_binary",
     envvar="KUBESCRIBE_KUSTOMIZE",
@@ -375,6 +380,7 @@ def run(
     replica_id: str,
     lease_namespace: str,
     lease_duration: float,
+    shutdown_timeout: float,
     kustomize_binary: str,
     webhook_cert_secret: str,
     webhook_cert_namespace: str,
@@ -391,6 +397,8 @@ def run(
     """Run the operator until SIGTERM/SIGINT; pending writes are flushed on the way out."""
     # What only some configurations use (Redis, managed certificates, encryption) is imported
     # further down, where it is configured.
+    import asyncio  # noqa: PLC0415
+
     import structlog  # noqa: PLC0415
 
     from kubescribe import logs  # noqa: PLC0415
@@ -405,6 +413,7 @@ def run(
     from kubescribe.git.sandbox import confine_libgit2, network_isolation  # noqa: PLC0415
     from kubescribe.net.addresses import NetworkPolicy, set_network_policy  # noqa: PLC0415
     from kubescribe.server.attribution import AttributionOptions  # noqa: PLC0415
+    from kubescribe.stopping import Stopper  # noqa: PLC0415
 
     logs.configure(log_level)
     set_network_policy(NetworkPolicy(deny_private=deny_private_networks))
@@ -458,6 +467,7 @@ def run(
         structlog.get_logger(__name__).warning(
             "render_check.network_not_isolated", reason="unshare --net is refused here"
         )
+    stopper = Stopper(shutdown_timeout)
     operator = run_operator(
         kubeconfig,
         context,
@@ -473,8 +483,9 @@ def run(
         sharing=Sharing(replica_id, lease_namespace, lease_duration),
         attribution_options=attribution_options,
         certificates=certificates,
+        stopper=stopper,
     )
-    asyncio.run(_until_signal(operator))
+    asyncio.run(stopper.run(operator))
 
 
 @main.command()
@@ -521,6 +532,8 @@ def snapshot(
     content: str,
 ) -> None:
     """Export the selected objects into a Git repository once (brownfield onboarding)."""
+    import asyncio  # noqa: PLC0415
+
     from kubescribe import logs  # noqa: PLC0415
     from kubescribe.api.models import CONTROLLER_MANAGERS  # noqa: PLC0415
     from kubescribe.controller.snapshot import (  # noqa: PLC0415
@@ -579,15 +592,6 @@ def _redis_options(url: str, ca_file: Path | None, key_prefix: str) -> RedisOpti
         ca_file=ca_file,
         key_prefix=key_prefix,
     )
-
-
-async def _until_signal(main_coro: Coroutine[Any, Any, None]) -> None:
-    task = asyncio.ensure_future(main_coro)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, task.cancel)
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
 
 
 if __name__ == "__main__":
