@@ -415,17 +415,8 @@ class GitRepository:
         *,
         pushing: bool = False,
     ) -> RemoteError:
-        """The error a failed transfer raises: only a remote that does not answer is
-        `RemoteUnreachable`; a lost race is `PushRejected`, a vanished bookkeeping ref
-        `LocalRefMissing`."""
         reason, message = self._classify(exc, callbacks)
-        if pushing and lost_race(message) and reason != GitFailure.PERMISSION_DENIED:
-            return PushRejected(f"push rejected: {message}")
-        if pushing and reason == GitFailure.PERMISSION_DENIED:
-            return PushDenied(f"push denied: {message}")
-        if reason == GitFailure.LOCAL_REF_MISSING:
-            return LocalRefMissing(f"{what}: {message}")
-        return RemoteUnavailable(f"{what}: {message}", reason)
+        return transfer_error(what, reason, message, pushing=pushing)
 
     def _check_address(self, what: str) -> None:
         """The URL policy again, on the addresses the host resolves to now (DNS rebinding)."""
@@ -442,6 +433,21 @@ class GitRepository:
         creds = callbacks.creds if isinstance(callbacks, GitCallbacks) else None
         reason, message = classify_git_error(exc, creds)
         return reason, redact(message, self.url)
+
+
+def transfer_error(
+    what: str, reason: GitFailure, message: str, *, pushing: bool = False
+) -> RemoteError:
+    """The error a failed fetch or push raises: only a remote that does not answer is
+    `RemoteUnreachable`; a lost race is `PushRejected`, a vanished bookkeeping ref of the
+    cache `LocalRefMissing`, a refusal for good `PushDenied`."""
+    if pushing and reason == GitFailure.PERMISSION_DENIED:
+        return PushDenied(f"push denied: {message}")
+    if pushing and lost_race(message):
+        return PushRejected(f"push rejected: {message}")
+    if reason == GitFailure.LOCAL_REF_MISSING:
+        return LocalRefMissing(f"{what}: {message}")
+    return RemoteUnavailable(f"{what}: {message}", reason)
 
 
 def _sweep_legacy_scratch(repo: pygit2.Repository) -> None:
