@@ -15,10 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pygit2
+import pytest
 
 from kubescribe.api import conditions as c
 from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.git.repo import GitRepository, PushRejected, RemoteError
+from kubescribe.git.repo import CacheBusy, GitRepository, PushRejected, RemoteError
 from kubescribe.git.tree import edit_tree
 from tests.builders import path_of, upsert
 from tests.support import WorkerHarness, until
@@ -140,3 +141,36 @@ async def test_two_workers_of_one_branch_in_one_cache_never_report_unreachable(
     reported = {r.reason for r in old.reports + new.reports}
     assert c.REMOTE_UNREACHABLE not in reported
     assert {path_of(n) for n in names} <= set(remote.files())
+
+
+def test_a_fetch_waits_for_the_shared_cache_only_so_long(
+    tmp_path: Path, remote: BareRemote
+) -> None:
+    """Behind another writer's fetch that does not end, a fetch gives up with `CacheBusy`
+    (retried soon) instead of waiting without bound; once it ends, fetches go on."""
+    started, release = threading.Event(), threading.Event()
+
+    def stalling() -> pygit2.RemoteCallbacks:
+        callbacks = pygit2.RemoteCallbacks()
+
+        def transfer_progress(_: object) -> None:
+            started.set()
+            release.wait(60)
+
+        callbacks.transfer_progress = transfer_progress  # type: ignore[method-assign,assignment]
+        return callbacks
+
+    slow = GitRepository(remote.url, tmp_path / "cache", stalling)
+    waiting = GitRepository(remote.url, tmp_path / "cache")
+    waiting.turn_timeout = 0.2
+    other = threading.Thread(target=slow.fetch, args=("main",))
+    other.start()
+    try:
+        assert started.wait(30)
+        with pytest.raises(CacheBusy) as busy:
+            waiting.fetch("main")
+        assert busy.value.reason == c.CACHE_BUSY
+    finally:
+        release.set()
+        other.join()
+    assert str(waiting.fetch("main")) == remote.tip()

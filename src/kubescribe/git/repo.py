@@ -56,8 +56,9 @@ _LISTING_ATTEMPTS = 4
 # remotes; a process killed mid-push left them behind.
 _LEGACY_SCRATCH = "refs/kubescribe/"
 
-# libgit2 writes FETCH_HEAD on every fetch, and the workers of one remote's branches share one
-# cache repository: opening, fetching and moving the cache's refs take turns per directory.
+# libgit2 writes FETCH_HEAD on every fetch (behind a lock file a second fetch would fail on),
+# and the workers of one remote's branches share one cache repository: opening it, fetching
+# and moving its refs take turns per directory.
 _FETCH_LOCKS: dict[Path, threading.Lock] = {}
 _FETCH_LOCKS_GUARD = threading.Lock()
 _CACHE_LOCKS: dict[Path, CacheLock] = {}
@@ -223,7 +224,7 @@ class GitRepository:
     """The cache repository of one remote. Not thread-safe: one thread owns an instance."""
 
     turn_timeout = 60.0
-    """Seconds a fetch waits for the other writers of the cache before `CacheBusy`."""
+    """Seconds a fetch waits for other writers' fetches of the remote before `CacheBusy`."""
 
     def __init__(
         self,
@@ -239,7 +240,7 @@ class GitRepository:
             self._lock = _FETCH_LOCKS.setdefault(self.path.absolute(), threading.Lock())
             self.cache_lock = _CACHE_LOCKS.setdefault(self.path.absolute(), CacheLock())
         self.generation = self.cache_lock.generation
-        with self._lock:  # the config and refs of a shared cache change one writer at a time
+        with self._turn():  # the config and refs of a shared cache change one at a time
             self.repo = _open_or_init(self.path)
             refuse_offsite_redirects(self.repo)
             # `origin` is for humans inspecting the cache; it never holds credentials.
@@ -295,8 +296,7 @@ class GitRepository:
         self._check_address("fetch")
         callbacks = self._callbacks()
         try:
-            with self._turn():
-                heads = self._retrying(lambda: self._remote.list_heads(callbacks=callbacks))
+            heads = self._retrying(lambda: self._remote.list_heads(callbacks=callbacks))
         except (pygit2.GitError, OSError) as exc:
             raise self._failure("fetch failed", exc, callbacks) from None
         for head in heads:
@@ -323,7 +323,8 @@ class GitRepository:
             self._push_remote(branch, new_tip)
         # What the remote now holds is a base for the next fetch, and keeps the pushed
         # commit from the cache's tidy (never read as the tip: the next fetch asks again).
-        with self._turn():
+        # The push landed: a cache that stays busy skips this, the next fetch brings it.
+        with contextlib.suppress(CacheBusy), self._turn():
             self.repo.references.create(tracking, new_tip, force=True)
 
     def _push_remote(self, branch: str, new_tip: pygit2.Oid) -> None:
@@ -386,7 +387,8 @@ class GitRepository:
 
     @contextlib.contextmanager
     def _turn(self) -> Iterator[None]:
-        """This cache's turn to fetch or move refs; `CacheBusy` after `turn_timeout`."""
+        """This writer's turn to fetch into the cache or move its refs; `CacheBusy` after
+        `turn_timeout` behind the other writers of the remote."""
         if not self._lock.acquire(timeout=self.turn_timeout):
             raise CacheBusy(
                 f"other fetches of this remote held its cache for over {self.turn_timeout:g}s"
