@@ -32,7 +32,9 @@ def _history(remote: pygit2.Repository, branch: str, files: int, commits: int) -
     """`files` files in one folder on `branch`, then `commits` commits changing one each."""
     parent = remote.references["refs/heads/main"].target
     builder = remote.TreeBuilder()
-    blobs = {f"f{i:05}.yaml": remote.create_blob(f"{branch} {i}\n".encode() * 20) for i in range(files)}
+    blobs = {
+        f"f{i:05}.yaml": remote.create_blob(f"{branch} {i}\n".encode() * 20) for i in range(files)
+    }
     for name, oid in blobs.items():
         builder.insert(name, oid, pygit2.enums.FileMode.BLOB)
     folder = builder.write()
@@ -42,7 +44,9 @@ def _history(remote: pygit2.Repository, branch: str, files: int, commits: int) -
     remote.references.create(f"refs/heads/{branch}", tip, force=True)
 
 
-def _change(remote: pygit2.Repository, tip: pygit2.Oid, branch: str, index: int, value: str) -> pygit2.Oid:
+def _change(
+    remote: pygit2.Repository, tip: pygit2.Oid, branch: str, index: int, value: str
+) -> pygit2.Oid:
     folder = remote[tip].peel(pygit2.Tree)["data"].id
     builder = remote.TreeBuilder(remote[folder])
     blob = remote.create_blob(f"{branch} {index} {value}\n".encode() * 20)
@@ -50,7 +54,9 @@ def _change(remote: pygit2.Repository, tip: pygit2.Oid, branch: str, index: int,
     return _commit(remote, tip, builder.write(), value)
 
 
-def _commit(remote: pygit2.Repository, parent: pygit2.Oid, folder: pygit2.Oid, message: str) -> pygit2.Oid:
+def _commit(
+    remote: pygit2.Repository, parent: pygit2.Oid, folder: pygit2.Oid, message: str
+) -> pygit2.Oid:
     root = remote.TreeBuilder()
     root.insert("data", folder, pygit2.enums.FileMode.TREE)
     return remote.create_commit(None, _SIG, _SIG, message, root.write(), [parent])
@@ -71,9 +77,7 @@ def _fetch_all(repos: list[tuple[str, GitRepository]]) -> list[float]:
         assert repo.fetch(branch) is not None
         times[i] = time.perf_counter() - t0
 
-    threads = [
-        threading.Thread(target=run, args=(i, b, r)) for i, (b, r) in enumerate(repos)
-    ]
+    threads = [threading.Thread(target=run, args=(i, b, r)) for i, (b, r) in enumerate(repos)]
     for t in threads:
         t.start()
     for t in threads:

@@ -116,13 +116,11 @@ def test_lost_race_on_a_local_remote_is_push_rejected(tmp_path: Path, remote: Ba
     assert base is not None
     tree = repo.repo[base].peel(pygit2.Tree).id
     ours = repo.repo.create_commit(None, _SIG, _SIG, "ours", tree, [base])
-    remote.commit_foreign("x", "y\n", "theirs")
-    try:
+    theirs = remote.commit_foreign("x", "y\n", "theirs")
+    with pytest.raises(PushRejected) as lost:
         repo.push("main", ours, base)
-    except PushRejected as exc:
-        assert exc.reason == c.PUSH_REJECTED
-    else:
-        raise AssertionError("a push over a moved branch landed")
+    assert lost.value.reason == c.PUSH_REJECTED
+    assert remote.tip() == theirs
 
 
 async def test_two_workers_of_one_branch_in_one_cache_never_report_unreachable(

@@ -444,16 +444,18 @@ def test_cache_fetches_pushes_and_a_lost_race_is_push_rejected(
     """The tip comes from the remote's answer, the commit is pushed by its id (no scratch ref
     on either side), and a push over a branch that moved meanwhile is `PushRejected`."""
     if transport == "ssh":
-        server: SshGitServer | HttpsGitServer = request.getfixturevalue("ssh_server")
-        remote = request.getfixturevalue("ssh_repo")
-        creds = _ssh_creds(request.getfixturevalue("deploy_key"), server.host_key_line)
+        ssh: SshGitServer = request.getfixturevalue("ssh_server")
+        remote: BareRemote = request.getfixturevalue("ssh_repo")
+        creds = _ssh_creds(request.getfixturevalue("deploy_key"), ssh.host_key_line)
+        url = ssh.url_for(remote.path.name)
     else:
-        server = request.getfixturevalue("https_server")
+        https: HttpsGitServer = request.getfixturevalue("https_server")
         remote = request.getfixturevalue("https_repo")
-        creds = _https_creds(server, username="writer", password=PASSWORD)
-    url = server.url_for(remote.path.name)
+        creds = _https_creds(https, username="writer", password=PASSWORD)
+        url = https.url_for(remote.path.name)
     repo = GitRepository(url, tmp_path / "cache", functools.partial(remote_callbacks, creds, url))
     base = repo.fetch("main")
+    assert base is not None
     assert str(base) == remote.tip()
     assert repo.fetch("absent") is None
     sig = pygit2.Signature("k", "k@example.invalid")
