@@ -68,7 +68,8 @@ _SWEPT: set[Path] = set()  # caches whose legacy scratch refs this process remov
 class RemoteError(Exception):
     """A push or fetch failed; the message is safe to show (no credentials).
 
-    `reason` is a stable condition reason (a `GitFailure` value, or `PushRejected`)."""
+    `reason` is a stable condition reason (a `GitFailure` value, `PushRejected`,
+    `LocalRefMissing` or `CacheBusy`)."""
 
     default_reason = str(GitFailure.TRANSFER_FAILED)
 
