@@ -99,6 +99,8 @@ def main(branches: int, files: int, commits: int, rounds: int) -> None:
             _history(remote, name, files, commits)
         cache = Path(tmp, "cache")
         repos = [(name, GitRepository(bare.url, cache)) for name in names]
+        for _, repo in repos:  # the fetch times, not the bound on waiting for them
+            repo.turn_timeout = 3600
         cold = _fetch_all(repos)
         per_round: list[dict[str, float]] = []
         for n in range(rounds):
