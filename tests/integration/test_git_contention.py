@@ -19,7 +19,7 @@ import pytest
 
 from kubescribe.api import conditions as c
 from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.git.repo import CacheBusy, GitRepository, PushRejected, RemoteError
+from kubescribe.git.repo import _SWEPT, CacheBusy, GitRepository, PushRejected, RemoteError
 from kubescribe.git.tree import edit_tree
 from tests.builders import path_of, upsert
 from tests.support import WorkerHarness, until
@@ -172,3 +172,73 @@ def test_a_fetch_waits_for_the_shared_cache_only_so_long(
         release.set()
         other.join()
     assert str(waiting.fetch("main")) == remote.tip()
+
+
+def _recording(seen: list[int]) -> Callable[[], pygit2.RemoteCallbacks]:
+    """Callbacks that record how many objects each fetch received."""
+
+    def factory() -> pygit2.RemoteCallbacks:
+        callbacks = pygit2.RemoteCallbacks()
+
+        def transfer_progress(stats: pygit2.remotes.TransferProgress) -> None:
+            seen.append(stats.received_objects)
+
+        callbacks.transfer_progress = transfer_progress  # type: ignore[method-assign]
+        return callbacks
+
+    return factory
+
+
+def test_a_writer_that_only_follows_a_branch_fetches_only_what_is_new(
+    tmp_path: Path, remote: BareRemote
+) -> None:
+    """A replica that never pushed the branch (it follows another's pushes) is sent the new
+    commit's objects, not the branch's history again; the tip still comes from the remote."""
+    bare = pygit2.Repository(str(remote.path))
+    tip = bare.references["refs/heads/main"].target
+    for n in range(20):
+        tree = edit_tree(
+            bare, bare[tip].peel(pygit2.Tree).id, {f"f{n}": bare.create_blob(b"%d" % n)}
+        )
+        tip = bare.create_commit(None, _SIG, _SIG, f"c{n}", tree, [tip])
+    bare.references["refs/heads/main"].set_target(tip)
+    received: list[int] = []
+    follower = GitRepository(remote.url, tmp_path / "cache", _recording(received))
+    assert follower.fetch("main") == tip
+    assert max(received) > 40  # the history: 21 commits, their trees and blobs
+    received.clear()
+    theirs = remote.commit_foreign("new.yaml", "x\n", "theirs")
+    assert str(follower.fetch("main")) == theirs
+    assert max(received) == 3  # the commit, its tree and the one new blob
+
+
+def test_a_branch_gone_from_the_remote_is_gone_whatever_the_cache_says(
+    tmp_path: Path, remote: BareRemote
+) -> None:
+    git("branch", "short-lived", "main", cwd=remote.path)
+    repo = GitRepository(remote.url, tmp_path / "cache")
+    assert str(repo.fetch("short-lived")) == remote.tip()
+    git("branch", "-D", "short-lived", cwd=remote.path)
+    assert repo.fetch("short-lived") is None
+    assert "refs/remotes/origin/short-lived" not in repo.repo.references
+
+
+def test_scratch_refs_left_in_a_cache_by_earlier_versions_are_swept(
+    tmp_path: Path, remote: BareRemote
+) -> None:
+    """A process killed mid-push left its scratch refs in the cache; the next one removes
+    them when it opens the cache and keeps the tracking refs."""
+    first = GitRepository(remote.url, tmp_path / "cache")
+    tip = first.fetch("main")
+    assert tip is not None
+    leftovers = ("refs/kubescribe/push/main", "refs/kubescribe/incoming/main")
+    path = str(first.path)
+    first.repo.free()
+    cache = pygit2.Repository(path)
+    for name in leftovers:
+        cache.references.create(name, tip)
+    cache.free()
+    _SWEPT.discard(Path(path).absolute())  # as for a new process
+    again = GitRepository(remote.url, tmp_path / "cache")
+    assert not [r for r in again.repo.references if r.startswith("refs/kubescribe/")]
+    assert again.repo.references["refs/remotes/origin/main"].target == tip
