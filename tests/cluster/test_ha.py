@@ -100,7 +100,6 @@ def test_two_replicas_hand_over_without_loss_or_duplicates(
         third = wait_for(new_holder, timeout=30, what="a replica takes the dead holder's Lease")
         took = time.monotonic() - t0
         record("holder killed (SIGKILL, Pod force-deleted) -> another holds the Lease", took)
-        assert took < 20, f"took {took:.1f}s (lease duration 10 s)"
         assert third != holder
         del successor
         wait_for(lambda: len(created) >= seen + 10, timeout=30, what="changes after the kill")

@@ -3,6 +3,7 @@ with credentials read from Secret data: host keys and TLS fail closed, refusals 
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -15,10 +16,11 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from kubescribe.devenv.gitremote import BareRemote
+from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.httpgit import HttpsGitServer, missing_binaries
 from kubescribe.devenv.pki import CertificateAuthority
 from kubescribe.devenv.sshgit import SshGitServer, sshd_binary
+from kubescribe.git.repo import GitRepository, PushRejected
 from kubescribe.git.transport.callbacks import remote_callbacks
 from kubescribe.git.transport.errors import GitFailure, classify_git_error
 from kubescribe.git.transport.known_hosts import write_host_key_preferences
@@ -430,3 +432,42 @@ def test_https_system_trust_is_used_without_a_secret_ca(
     )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "clone" / ".git").is_dir()
+
+
+# --- the cache repository over both transports -------------------------------------------
+
+
+@pytest.mark.parametrize("transport", ["ssh", "https"])
+def test_cache_fetches_pushes_and_a_lost_race_is_push_rejected(
+    transport: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The tip comes from the remote's answer, the commit is pushed by its id (no scratch ref
+    on either side), and a push over a branch that moved meanwhile is `PushRejected`."""
+    if transport == "ssh":
+        ssh: SshGitServer = request.getfixturevalue("ssh_server")
+        remote: BareRemote = request.getfixturevalue("ssh_repo")
+        creds = _ssh_creds(request.getfixturevalue("deploy_key"), ssh.host_key_line)
+        url = ssh.url_for(remote.path.name)
+    else:
+        https: HttpsGitServer = request.getfixturevalue("https_server")
+        remote = request.getfixturevalue("https_repo")
+        creds = _https_creds(https, username="writer", password=PASSWORD)
+        url = https.url_for(remote.path.name)
+    repo = GitRepository(url, tmp_path / "cache", functools.partial(remote_callbacks, creds, url))
+    base = repo.fetch("main")
+    assert base is not None
+    assert str(base) == remote.tip()
+    assert repo.fetch("absent") is None
+    sig = pygit2.Signature("k", "k@example.invalid")
+    tree = repo.repo[base].peel(pygit2.Tree).id
+    ours = repo.repo.create_commit(None, sig, sig, "ours", tree, [base])
+    repo.push("main", ours, base)
+    assert remote.tip() == str(ours)
+    late = repo.repo.create_commit(None, sig, sig, "late", tree, [ours])
+    remote.commit_foreign("foreign.txt", "x\n", "foreign")
+    with pytest.raises(PushRejected) as lost:
+        repo.push("main", late, ours)
+    assert lost.value.reason == "PushRejected"
+    assert str(repo.fetch("main")) == remote.tip()
+    assert not [r for r in repo.repo.references if r.startswith("refs/kubescribe/")]
+    assert "kubescribe" not in git("for-each-ref", cwd=remote.path)

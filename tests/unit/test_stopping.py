@@ -37,7 +37,8 @@ async def test_the_first_signal_stops_the_operator_which_cleans_up() -> None:
     await asyncio.sleep(0.05)
     os.kill(os.getpid(), signal.SIGTERM)  # the real signal, through the loop's handler
     await asyncio.wait({run}, timeout=5)
-    assert run.done() and run.exception() is None
+    assert run.done()
+    assert run.exception() is None
     assert cleaned.is_set()
     assert exits.codes == []  # a clean stop needs no exit of the watchdog's
 

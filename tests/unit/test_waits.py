@@ -72,7 +72,11 @@ def test_no_source_uses_asyncio_wait_for() -> None:
     offenders = []
     for path in SRC.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Attribute) and node.attr == "wait_for":
-                if isinstance(node.value, ast.Name) and node.value.id == "asyncio":
-                    offenders.append(f"{path.relative_to(SRC)}:{node.lineno}")
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "wait_for"
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "asyncio"
+            ):
+                offenders.append(f"{path.relative_to(SRC)}:{node.lineno}")
     assert offenders == [], "use kubescribe.waits (wait_for can lose a cancellation)"

@@ -1,21 +1,24 @@
 """A bare repository under the cache dir, used only as an object store next to one remote.
 
 Nothing local is evidence of what the remote holds: `fetch` asks the remote for the branch
-tip every time and forgets the previous answer first, so a ref or commit left behind by a
-killed process can never be mistaken for pushed state.
+tip every time and takes it from the remote's answer alone, so a ref or commit left behind by
+a killed process can never be mistaken for pushed state. What earlier answers and pushes
+brought stays, in `refs/remotes/origin/<branch>`: never read as the tip, it only tells the
+remote what the cache already holds, so a fetch transfers only what is new.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import hashlib
 import re
 import shutil
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import pygit2
@@ -23,37 +26,51 @@ from pygit2.enums import FetchPrune
 
 from kubescribe.api import conditions as c
 from kubescribe.git.cachelock import CacheLock
+from kubescribe.git.localpush import compare_and_swap, send_objects
 from kubescribe.git.lookup_names import lookup_name
 from kubescribe.git.transport.callbacks import (
     GitCallbacks,
     refuse_offsite_redirects,
     remote_callbacks,
 )
-from kubescribe.git.transport.errors import GitFailure, classify_git_error
+from kubescribe.git.transport.errors import (
+    GitFailure,
+    classify_git_error,
+    lost_race,
+    vanished_ref,
+)
 from kubescribe.git.transport.secret import Credentials
 from kubescribe.git.urlpolicy import UrlRefused, check_transfer
 from kubescribe.net.urls import normalize
 
 CallbacksFactory = Callable[[], pygit2.RemoteCallbacks]
+_T = TypeVar("_T")
 
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]*@")
-# libgit2's messages for a push that would not fast-forward: the local transport's check
-# when the remote tip is unknown locally, and its fast-forward check when it is known.
-_NON_FAST_FORWARD = ("not present locally", "non-fastforwardable")
 # Server messages shown with a refusal ("remote: ..."), kept short.
 _MAX_SIDEBAND = 400
+# Attempts of a transfer that failed because a reference vanished while libgit2 read the
+# references it had just listed (`vanished_ref`): another writer's moment, soon over.
+_LISTING_ATTEMPTS = 4
+# Where earlier versions kept a ref per branch for every push, in the cache and on file://
+# remotes; a process killed mid-push left them behind.
+_LEGACY_SCRATCH = "refs/kubescribe/"
 
-# libgit2 writes FETCH_HEAD on every fetch, and two workers (two branches of one
-# repository) share one cache repository: opening and fetching take turns per directory.
+# libgit2 writes FETCH_HEAD on every fetch (behind a lock file a second fetch would fail on),
+# and the workers of one remote's branches share one cache repository: opening it, fetching
+# and moving its refs take turns per directory. Fetches side by side would not be quicker:
+# measured with bench/shared_fetch.py, six at once took four times as long as in turn.
 _FETCH_LOCKS: dict[Path, threading.Lock] = {}
 _FETCH_LOCKS_GUARD = threading.Lock()
 _CACHE_LOCKS: dict[Path, CacheLock] = {}
+_SWEPT: set[Path] = set()  # caches whose legacy scratch refs this process removed
 
 
 class RemoteError(Exception):
     """A push or fetch failed; the message is safe to show (no credentials).
 
-    `reason` is a stable condition reason (a `GitFailure` value, or `PushRejected`)."""
+    `reason` is a stable condition reason (a `GitFailure` value, `PushRejected`,
+    `LocalRefMissing` or `CacheBusy`)."""
 
     default_reason = str(GitFailure.TRANSFER_FAILED)
 
@@ -81,6 +98,20 @@ class RemoteUnavailable(RemoteError):
     transfer failed; `reason` says which."""
 
     default_reason = str(GitFailure.REMOTE_UNREACHABLE)
+
+
+class LocalRefMissing(RemoteError):
+    """A reference of the cache's own bookkeeping vanished during a transfer (another writer
+    of the cache at that moment): the remote answered; retried soon."""
+
+    default_reason = c.LOCAL_REF_MISSING
+
+
+class CacheBusy(RemoteError):
+    """Other writers' fetches held the shared cache repository longer than a writer waits;
+    retried soon."""
+
+    default_reason = c.CACHE_BUSY
 
 
 class TransferTooLarge(Exception):
@@ -194,6 +225,9 @@ def cache_path(cache_dir: Path, url: str) -> Path:
 class GitRepository:
     """The cache repository of one remote. Not thread-safe: one thread owns an instance."""
 
+    turn_timeout = 60.0
+    """Seconds a fetch waits for other writers' fetches of the remote before `CacheBusy`."""
+
     def __init__(
         self,
         url: str,
@@ -208,48 +242,55 @@ class GitRepository:
             self._lock = _FETCH_LOCKS.setdefault(self.path.absolute(), threading.Lock())
             self.cache_lock = _CACHE_LOCKS.setdefault(self.path.absolute(), CacheLock())
         self.generation = self.cache_lock.generation
-        with self._lock:
+        with self._turn():  # the config and refs of a shared cache change one at a time
             self.repo = _open_or_init(self.path)
             refuse_offsite_redirects(self.repo)
-        # `origin` is for humans inspecting the cache; it never holds credentials. Transfers
-        # use an in-memory remote with the URL as given.
-        public = _USERINFO.sub(r"\1", url) if "://" in url else url
-        if "origin" in self.repo.remotes.names():
-            self.repo.remotes.set_url("origin", public)
-        else:
-            self.repo.remotes.create("origin", public, "+refs/heads/*:refs/remotes/origin/*")
+            # `origin` is for humans inspecting the cache; it never holds credentials.
+            # Transfers use an in-memory remote with the URL as given.
+            public = _USERINFO.sub(r"\1", url) if "://" in url else url
+            if "origin" in self.repo.remotes.names():
+                if self.repo.remotes["origin"].url != public:
+                    self.repo.remotes.set_url("origin", public)
+            else:
+                self.repo.remotes.create("origin", public, "+refs/heads/*:refs/remotes/origin/*")
+            if self.path.absolute() not in _SWEPT:
+                _sweep_legacy_scratch(self.repo)
+                _SWEPT.add(self.path.absolute())
         self._remote = self.repo.remotes.create_anonymous(url)
 
     def fetch(self, branch: str, limit: int | None = None) -> pygit2.Oid | None:
         """The remote tip of `branch` (its objects fetched), or None if it does not exist.
-        TransferTooLarge when the remote sends more than `limit` bytes (the fetch stops)."""
+        TransferTooLarge when the remote sends more than `limit` bytes (the fetch stops).
+
+        Only `branch` is asked for. The tip is what the remote advertised in this very
+        transfer; the tracking ref the fetch moves is only a base for the next one."""
         self._check_address("fetch")
-        ref = _ref_name("refs/remotes/origin/", branch)
-        # A fetch of a missing branch succeeds and leaves the ref alone: drop it first.
-        if ref in self.repo.references:
-            self.repo.references.delete(ref)
+        head = f"refs/heads/{branch}"
+        tracking = _ref_name("refs/remotes/origin/", branch)
         callbacks = self._callbacks()
         if limit is not None:
             callbacks.transfer_progress = _limited(limit)  # type: ignore[method-assign,assignment]
-        try:
-            with self._lock:
-                self._remote.fetch(
-                    [f"+refs/heads/{branch}:{ref}"],
-                    callbacks=callbacks,
-                    prune=FetchPrune.NO_PRUNE,
+        with self._turn():
+            try:
+                self._retrying(
+                    lambda: self._remote.fetch(
+                        [f"+{head}:{tracking}"], callbacks=callbacks, prune=FetchPrune.NO_PRUNE
+                    )
                 )
-        except TransferTooLarge:
-            # libgit2 leaves the remote's connection mid-transfer: the next fetch needs another.
-            self._remote = self.repo.remotes.create_anonymous(self.url)
-            raise
-        except (pygit2.GitError, OSError) as exc:
-            reason, message = self._classify(exc, callbacks)
-            raise RemoteUnavailable(f"fetch failed: {message}", reason) from None
-        found = self.repo.references.get(ref)
-        if found is None:
-            return None
-        tip = found.target
-        assert isinstance(tip, pygit2.Oid)
+            except TransferTooLarge:
+                # libgit2 leaves the remote's connection mid-transfer: the next fetch needs
+                # another.
+                self._remote = self.repo.remotes.create_anonymous(self.url)
+                raise
+            except (pygit2.GitError, OSError) as exc:
+                raise self._failure("fetch failed", exc, callbacks) from None
+            # The heads of this fetch's own connection (no new one is opened).
+            tip = next(
+                (h.oid for h in self._remote.list_heads(connect=False) if h.name == head), None
+            )
+            if tip is None:  # the branch is gone: so is what the remote last said of it
+                with contextlib.suppress(KeyError):
+                    self.repo.references.delete(tracking)
         return tip
 
     def default_branch(self) -> str | None:
@@ -257,11 +298,9 @@ class GitRepository:
         self._check_address("fetch")
         callbacks = self._callbacks()
         try:
-            with self._lock:
-                heads = self._remote.list_heads(callbacks=callbacks)
+            heads = self._retrying(lambda: self._remote.list_heads(callbacks=callbacks))
         except (pygit2.GitError, OSError) as exc:
-            reason, message = self._classify(exc, callbacks)
-            raise RemoteUnavailable(f"fetch failed: {message}", reason) from None
+            raise self._failure("fetch failed", exc, callbacks) from None
         for head in heads:
             target = head.symref_target
             if head.name == "HEAD" and target and target.startswith("refs/heads/"):
@@ -277,13 +316,20 @@ class GitRepository:
 
     def push(self, branch: str, new_tip: pygit2.Oid, expected: pygit2.Oid | None = None) -> None:
         """Fast-forward the remote `branch` from `expected` to `new_tip` (created if missing);
-        never forced."""
-        source = _ref_name("refs/kubescribe/push/", branch)
-        self.repo.references.create(source, new_tip, force=True)
+        never forced. No scratch ref, here or on the remote: the commit is pushed by its id."""
+        tracking = _ref_name("refs/remotes/origin/", branch)
         local = local_path(self.url)
         if local is not None:
-            self._push_local(local, source, branch, new_tip, expected)
-            return
+            self._push_local(local, branch, new_tip, expected)
+        else:
+            self._push_remote(branch, new_tip)
+        # What the remote now holds is a base for the next fetch, and keeps the pushed
+        # commit from the cache's tidy (never read as the tip: the next fetch asks again).
+        # The push landed: a cache that stays busy skips this, the next fetch brings it.
+        with contextlib.suppress(CacheBusy), self._turn():
+            self.repo.references.create(tracking, new_tip, force=True)
+
+    def _push_remote(self, branch: str, new_tip: pygit2.Oid) -> None:
         self._check_address("push")
         callbacks = self._callbacks()
         refused: list[str] = []
@@ -299,14 +345,11 @@ class GitRepository:
         callbacks.push_update_reference = update_reference  # type: ignore[method-assign]
         callbacks.sideband_progress = sideband  # type: ignore[method-assign,assignment]
         try:
-            self._remote.push([f"{source}:refs/heads/{branch}"], callbacks=callbacks)
+            self._retrying(
+                lambda: self._remote.push([f"{new_tip}:refs/heads/{branch}"], callbacks=callbacks)
+            )
         except (pygit2.GitError, OSError) as exc:
-            reason, message = self._classify(exc, callbacks)
-            if any(marker in message for marker in _NON_FAST_FORWARD):
-                raise PushRejected(f"push rejected: {message}") from None
-            if reason == GitFailure.PERMISSION_DENIED:
-                raise PushDenied(f"push denied: {message}") from None
-            raise RemoteUnavailable(f"push failed: {message}", reason) from None
+            raise self._failure("push failed", exc, callbacks, pushing=True) from None
         if refused:
             # A ref the server would not update: it moved under us (the update's old value no
             # longer matches), or a hook / branch protection declined, which no rebuild fixes.
@@ -318,35 +361,66 @@ class GitRepository:
             raise PushRejected(f"push rejected: {message}")
 
     def _push_local(
-        self, path: Path, source: str, branch: str, new_tip: pygit2.Oid, expected: pygit2.Oid | None
+        self, path: Path, branch: str, new_tip: pygit2.Oid, expected: pygit2.Oid | None
     ) -> None:
-        """libgit2's local transport moves the target ref without compare-and-swap, so a
-        foreign push landing meanwhile could be overwritten. Send the objects to a scratch ref
-        (one per branch: two writers of a branch may share it, only the branch's move counts),
-        then move the branch under the ref lock only if it still points at `expected`."""
-        scratch = _ref_name("refs/kubescribe/incoming/", branch)
+        """libgit2's local transport moves the target ref without compare-and-swap, and sends
+        objects only with a ref on the remote (see `localpush`): write the objects straight
+        into the remote, then move the branch only if it still points at `expected`."""
         try:
-            self._remote.push([f"+{source}:{scratch}"], callbacks=self._callbacks())
             remote = pygit2.Repository(lookup_name(str(path)))
         except (pygit2.GitError, OSError) as exc:
             raise RemoteUnavailable(f"push failed: {redact(str(exc), self.url)}") from None
-        name = _ref_name("refs/heads/", branch)
         try:
-            current = remote.references.get(name)
-            if current is None:
-                if expected is not None:
-                    raise PushRejected(f"push rejected: {branch} was deleted on the remote")
-                remote.references.create(name, new_tip)  # fails if it appeared meanwhile
-            elif current.target != expected:
-                raise PushRejected(f"push rejected: {branch} moved on the remote")
-            else:
-                current.set_target(new_tip)  # matches the value read, under the ref lock
-        except pygit2.GitError as exc:
-            raise PushRejected(f"push rejected: {redact(str(exc), self.url)}") from None
+            try:
+                send_objects(self.repo, remote, new_tip)
+            except OSError as exc:  # the remote's folder: read-only, full, or gone
+                message = redact(str(exc), self.url)
+                if isinstance(exc, PermissionError) or exc.errno == errno.EROFS:
+                    raise PushDenied(f"push denied: {message}") from None
+                raise RemoteUnavailable(f"push failed: {message}", c.TRANSFER_FAILED) from None
+            try:
+                refused = compare_and_swap(remote, branch, new_tip, expected)
+            except pygit2.GitError as exc:  # the ref lock was taken, or the ref appeared
+                refused = redact(str(exc), self.url)
+            if refused is not None:
+                raise PushRejected(f"push rejected: {refused}")
         finally:
-            with contextlib.suppress(pygit2.GitError, KeyError):
-                remote.references.delete(scratch)
             remote.free()  # its packs and caches now, not when the garbage collector runs
+
+    @contextlib.contextmanager
+    def _turn(self) -> Iterator[None]:
+        """This writer's turn to fetch into the cache or move its refs; `CacheBusy` after
+        `turn_timeout` behind the other writers of the remote."""
+        if not self._lock.acquire(timeout=self.turn_timeout):
+            raise CacheBusy(
+                f"other fetches of this remote held its cache for over {self.turn_timeout:g}s"
+            )
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    def _retrying(self, transfer: Callable[[], _T]) -> _T:
+        """`transfer`, again when it failed only because a ref vanished while libgit2 read
+        the references it had just listed (another writer's moment, not an outage)."""
+        for attempt in range(1, _LISTING_ATTEMPTS + 1):
+            try:
+                return transfer()
+            except pygit2.GitError as exc:
+                if attempt == _LISTING_ATTEMPTS or vanished_ref(str(exc)) is None:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _failure(
+        self,
+        what: str,
+        exc: BaseException,
+        callbacks: pygit2.RemoteCallbacks,
+        *,
+        pushing: bool = False,
+    ) -> RemoteError:
+        reason, message = self._classify(exc, callbacks)
+        return transfer_error(what, reason, message, pushing=pushing)
 
     def _check_address(self, what: str) -> None:
         """The URL policy again, on the addresses the host resolves to now (DNS rebinding)."""
@@ -363,6 +437,30 @@ class GitRepository:
         creds = callbacks.creds if isinstance(callbacks, GitCallbacks) else None
         reason, message = classify_git_error(exc, creds)
         return reason, redact(message, self.url)
+
+
+def transfer_error(
+    what: str, reason: GitFailure, message: str, *, pushing: bool = False
+) -> RemoteError:
+    """The error a failed fetch or push raises: only a remote that does not answer is
+    `RemoteUnreachable`; a lost race is `PushRejected`, a vanished bookkeeping ref of the
+    cache `LocalRefMissing`, a refusal for good `PushDenied`."""
+    if pushing and reason == GitFailure.PERMISSION_DENIED:
+        return PushDenied(f"push denied: {message}")
+    if pushing and lost_race(message):
+        return PushRejected(f"push rejected: {message}")
+    if reason == GitFailure.LOCAL_REF_MISSING:
+        return LocalRefMissing(f"{what}: {message}")
+    return RemoteUnavailable(f"{what}: {message}", reason)
+
+
+def _sweep_legacy_scratch(repo: pygit2.Repository) -> None:
+    """Remove the scratch refs earlier versions kept in the cache (one per branch pushed):
+    nothing reads them now, and each would hold its commit through the cache's tidy."""
+    for name in list(repo.references):
+        if name.startswith(_LEGACY_SCRATCH):
+            with contextlib.suppress(KeyError):
+                repo.references.delete(lookup_name(name))
 
 
 def _limited(limit: int) -> Callable[[pygit2.remotes.TransferProgress], None]:

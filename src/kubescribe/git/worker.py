@@ -36,8 +36,10 @@ from kubescribe.git.intake import (
     Skipped,
 )
 from kubescribe.git.repo import (
+    CacheBusy,
     CallbacksFactory,
     CommitSigner,
+    LocalRefMissing,
     RemoteError,
     RemoteUnavailable,
     SigningUnavailable,
@@ -465,14 +467,14 @@ class _Last:
 
 
 def _retry_cap(exc: Exception) -> float:
-    """The longest wait between attempts: a remote that cannot be reached, or a cache disk
-    that is full, is tried again every few seconds, so its return is noticed soon; other
-    failures (credentials, a hook, the signing key) wait longer, and a change to their cause
-    cuts the wait short."""
+    """The longest wait between attempts: a remote that cannot be reached, a cache disk that
+    is full, or contention with other writers of the cache, is tried again every few seconds,
+    so its end is noticed soon; other failures (credentials, a hook, the signing key) wait
+    longer, and a change to their cause cuts the wait short."""
     if isinstance(exc, RemoteUnavailable) and exc.reason == RemoteUnavailable.default_reason:
         return RETRY_MAX_UNREACHABLE
-    if isinstance(exc, CacheUnwritable):
-        return RETRY_MAX_UNREACHABLE  # space may come back any moment
+    if isinstance(exc, CacheUnwritable | LocalRefMissing | CacheBusy):
+        return RETRY_MAX_UNREACHABLE  # space, or the other writer's turn, may end any moment
     return RETRY_MAX
 
 

@@ -31,7 +31,7 @@ from kubescribe.git.repo import (
     GitRepository,
     PushDenied,
     PushRejected,
-    RemoteUnavailable,
+    RemoteError,
     cache_path,
 )
 from kubescribe.git.targets import Committer, Item, TargetConfig
@@ -242,7 +242,7 @@ class Writer:
             except PushDenied:
                 metrics.PUSHES.labels("denied").inc()
                 raise  # a hook or a read-only credential: rebuilding would not help
-            except RemoteUnavailable:
+            except RemoteError:  # unreachable, or contention in the cache (`reason` says)
                 metrics.PUSHES.labels("failed").inc()
                 raise
             metrics.PUSHES.labels("ok").inc()

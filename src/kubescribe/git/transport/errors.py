@@ -23,6 +23,7 @@ class GitFailure(StrEnum):
     REPOSITORY_NOT_FOUND = c.REPOSITORY_NOT_FOUND
     PERMISSION_DENIED = c.PERMISSION_DENIED
     REDIRECT_REFUSED = c.REDIRECT_REFUSED
+    LOCAL_REF_MISSING = c.LOCAL_REF_MISSING
     TRANSFER_FAILED = c.TRANSFER_FAILED
 
 
@@ -87,6 +88,21 @@ _PATTERNS: tuple[tuple[GitFailure, re.Pattern[str]], ...] = tuple(
         ),
     )
 )
+# libgit2 lists a repository's references, then reads them one by one (its local transport,
+# and fetch negotiation over the cache's own): one removed in between fails the whole transfer
+# with "reference '<name>' not found". That is contention with another writer, not a missing
+# repository; a name in the cache's own namespaces is the cache's bookkeeping.
+_VANISHED_REF = re.compile(r"reference '([^']+)' not found|no such reference '([^']+)'")
+_CACHE_REFS = ("refs/remotes/", "refs/kubescribe/push/")
+# A push that lost to another update of the branch: libgit2's own checks (the remote tip is
+# not known locally; not a fast-forward; a file:// compare-and-swap or ref lock that lost) and
+# what git servers answer over SSH and HTTPS (receive-pack's and the forges' wordings).
+_LOST_RACE = re.compile(
+    r"not present locally|non-fastforwardable|non-fast-forward|\bfetch first\b|stale info"
+    r"|failed to update ref|cannot lock ref|failed to lock|incorrect old value"
+    r"|old reference value does not match|reference with that name already exists",
+    re.IGNORECASE,
+)
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]*@")
 _AUTH_HEADER = re.compile(r"(?i)\b(bearer|basic)\s+[a-z0-9._~+/=-]{20,}")
 _KNOWN_TOKENS = re.compile(r"\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|glpat-[\w-]{20,})")
@@ -103,11 +119,27 @@ def classify_git_error(
         if isinstance(link, TransportRefused):
             detail = redact(str(link), creds)
             return link.reason, message if detail in message else f"{message}: {detail}"
-    text = "\n".join(str(link) for link in chain).lower()
+    text = "\n".join(str(link) for link in chain)
+    vanished = vanished_ref(text)
+    if vanished is not None:
+        local = vanished.startswith(_CACHE_REFS)
+        return (GitFailure.LOCAL_REF_MISSING if local else GitFailure.TRANSFER_FAILED), message
+    text = text.lower()
     for reason, pattern in _PATTERNS:
         if pattern.search(text):
             return reason, message
     return GitFailure.TRANSFER_FAILED, message
+
+
+def vanished_ref(text: str) -> str | None:
+    """The reference libgit2 found listed but not readable, named in `text` (None: none)."""
+    found = _VANISHED_REF.search(text)
+    return None if found is None else found.group(1) or found.group(2)
+
+
+def lost_race(text: str) -> bool:
+    """`text` says a push lost to another update of the branch: fetch, rebuild, push again."""
+    return _LOST_RACE.search(text) is not None
 
 
 def redact(message: str, creds: HoldsSecrets | None = None) -> str:
