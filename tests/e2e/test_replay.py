@@ -1,0 +1,121 @@
+"""A replay echoes no history: a new owner that resumes from a cursor saved before changes the
+previous owner pushed makes no commit for them.
+
+Real control plane, real Redis (resume cursors), a real bare remote, no commit window (one
+commit per change, where an echo shows). The cursor a hand-over would have lost is simulated
+by writing an older one back through the cursor store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+
+from kubescribe.devenv.controlplane import ControlPlane
+from kubescribe.devenv.gitremote import BareRemote, git
+from kubescribe.devenv.redis import DEV_HMAC_KEY, RedisServer
+from kubescribe.store.cursors import StreamCursor
+from kubescribe.store.redis_cursors import RedisCursorStore
+from kubescribe.store.redis_options import RedisOptions
+from tests.manifests import cm_path
+from tests.support import Operator, setup_mirror, wait_for
+
+pytestmark = pytest.mark.controlplane
+
+
+class Cursors:
+    """The operator's cursor record of one stream, read and written through the store API."""
+
+    def __init__(self, redis: RedisServer, prefix: str, stream: str) -> None:
+        self.options = RedisOptions(redis.url, DEV_HMAC_KEY.encode(), key_prefix=prefix)
+        self.stream = stream
+
+    def load(self) -> StreamCursor | None:
+        return asyncio.run(self._load())
+
+    def restore(self, cursor: StreamCursor) -> None:
+        asyncio.run(self._restore(cursor))
+
+    async def _fingerprint(self, store: RedisCursorStore) -> str:
+        """The stream's configuration fingerprint, as the operator saved it."""
+        record = await store._client.hgetall(f"{store.prefix}cursor:{self.stream}")
+        return str(record.get("fingerprint") or "")
+
+    async def _load(self) -> StreamCursor | None:
+        store = RedisCursorStore(self.options)
+        try:
+            return await store.load(self.stream, await self._fingerprint(store))
+        finally:
+            await store.close()
+
+    async def _restore(self, cursor: StreamCursor) -> None:
+        store = RedisCursorStore(self.options)
+        try:
+            fingerprint = await self._fingerprint(store)
+            await store.save(
+                self.stream, fingerprint, cursor.resource_version, cursor.known, (), replace=True
+            )
+        finally:
+            await store.close()
+
+
+def rv(cp: ControlPlane, ns: str, name: str) -> int:
+    return int(cp.get_json("configmap", name, "-n", ns)["metadata"]["resourceVersion"])
+
+
+def test_a_resume_from_a_cursor_older_than_the_last_push_commits_nothing(
+    crds: ControlPlane, namespace: str, remote: BareRemote, tmp_path: Path, redis_server: RedisServer
+) -> None:
+    cp, ns = crds, namespace
+    prefix = f"replay-{uuid.uuid4().hex[:8]}:"
+    flags = (f"--redis-url={redis_server.url}", f"--redis-key-prefix={prefix}")
+    cursors = Cursors(redis_server, prefix, f"{ns}/mirror|core/v1/configmaps|{ns}")
+    first = Operator(cp, tmp_path / "first", *flags).start()
+    try:
+        setup_mirror(cp, ns, remote)
+        for name in ("doomed", "kept", "recreated"):
+            cp.kubectl("create", "configmap", name, "-n", ns, "--from-literal=v=1")
+        created = max(rv(cp, ns, n) for n in ("doomed", "kept", "recreated"))
+        old = wait_for(
+            lambda: (c := cursors.load()) and int(c.resource_version) >= created and c,
+            timeout=60,
+            what="a cursor covering the three creations",
+        )
+        # What the old owner does after the cursor the new owner will resume from: an update
+        # then a delete, an update that stays, a delete then a create under the same name.
+        cp.kubectl("patch", "configmap", "doomed", "-n", ns, "-p", '{"data":{"v":"2"}}')
+        cp.kubectl("delete", "configmap", "doomed", "-n", ns)
+        cp.kubectl("patch", "configmap", "kept", "-n", ns, "-p", '{"data":{"v":"2"}}')
+        cp.kubectl("delete", "configmap", "recreated", "-n", ns)
+        cp.kubectl("create", "configmap", "recreated", "-n", ns, "--from-literal=v=3")
+        last = rv(cp, ns, "recreated")
+        wait_for(
+            lambda: (c := cursors.load()) and int(c.resource_version) >= last,
+            timeout=60,
+            what="the old owner's changes pushed and acknowledged",
+        )
+    finally:
+        first.stop()
+    assert cm_path(ns, "doomed") not in remote.files()
+    assert "v: '2'" in remote.read(cm_path(ns, "kept"))
+    assert "v: '3'" in remote.read(cm_path(ns, "recreated"))
+    pushed = cursors.load()
+    assert pushed is not None
+    tip = remote.tip()
+
+    cursors.restore(old)  # the cursor save of the hand-over was lost
+    second = Operator(cp, tmp_path / "second", *flags).start()
+    try:
+        wait_for(
+            lambda: (c := cursors.load()) and int(c.resource_version) >= int(pushed.resource_version),
+            timeout=60,
+            what="the replay acknowledged",
+        )
+        echoes = git("log", "--format=%H %s", f"{tip}..main", cwd=remote.path).strip()
+        assert echoes == "", f"the replay made commits:\n{echoes}"
+        assert cm_path(ns, "doomed") not in remote.files()
+    finally:
+        second.stop()
