@@ -67,7 +67,11 @@ def rv(cp: ControlPlane, ns: str, name: str) -> int:
 
 
 def test_a_resume_from_a_cursor_older_than_the_last_push_commits_nothing(
-    crds: ControlPlane, namespace: str, remote: BareRemote, tmp_path: Path, redis_server: RedisServer
+    crds: ControlPlane,
+    namespace: str,
+    remote: BareRemote,
+    tmp_path: Path,
+    redis_server: RedisServer,
 ) -> None:
     cp, ns = crds, namespace
     prefix = f"replay-{uuid.uuid4().hex[:8]}:"
@@ -110,7 +114,9 @@ def test_a_resume_from_a_cursor_older_than_the_last_push_commits_nothing(
     second = Operator(cp, tmp_path / "second", *flags).start()
     try:
         wait_for(
-            lambda: (c := cursors.load()) and int(c.resource_version) >= int(pushed.resource_version),
+            lambda: (
+                (c := cursors.load()) and int(c.resource_version) >= int(pushed.resource_version)
+            ),
             timeout=60,
             what="the replay acknowledged",
         )
