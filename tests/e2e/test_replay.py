@@ -123,5 +123,18 @@ def test_a_resume_from_a_cursor_older_than_the_last_push_commits_nothing(
         echoes = git("log", "--format=%H %s", f"{tip}..main", cwd=remote.path).strip()
         assert echoes == "", f"the replay made commits:\n{echoes}"
         assert cm_path(ns, "doomed") not in remote.files()
+        # Stale: doomed's update, recreated's delete. Applied (no commit: Git holds them):
+        # doomed's delete, kept's update, recreated's creation.
+        assert backlog(second, "stale") == 2
+        assert backlog(second, "applied") == 3
     finally:
         second.stop()
+
+
+def backlog(op: Operator, result: str) -> float:
+    prefix = "kubescribe_resume_backlog_events_total{"
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in op.metrics().splitlines()
+        if line.startswith(prefix) and f'result="{result}"' in line
+    )
