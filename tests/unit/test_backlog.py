@@ -7,7 +7,7 @@ from typing import Any, cast
 
 from kubescribe.kube import backlog as backlog_module
 from kubescribe.kube.backlog import Backlog
-from kubescribe.kube.client import KubeClient
+from kubescribe.kube.client import ApiError, KubeClient
 
 PATH = "/api/v1/namespaces/ns/configmaps"
 
@@ -89,3 +89,20 @@ async def test_a_backlog_of_many_objects_is_checked_against_one_list(monkeypatch
     assert len(api.requests) == 1 + 3 + len(listed)
     assert [r.get("continue") for r in listed] == [None, "4", "8"]
     assert backlog.listed
+
+
+async def test_an_api_without_field_selectors_is_checked_against_a_list() -> None:
+    class NoFieldSelectors(FakeApi):
+        async def get(self, path: str, **kwargs: Any) -> Any:
+            if "fieldSelector" in (kwargs.get("params") or {}):
+                self.requests.append(dict(kwargs["params"]))
+                raise ApiError(400, "BadRequest", "field label not supported: metadata.name")
+            return await super().get(path, **kwargs)
+
+    api = NoFieldSelectors({"a": "12"})
+    backlog = await opened(api)
+    assert backlog is not None
+    assert await backlog.applies("MODIFIED", ("ns", "a"), "12")
+    assert not await backlog.applies("MODIFIED", ("ns", "b"), "11")
+    assert backlog.listed
+    assert len(api.requests) == 3  # the horizon, the refused lookup, one list

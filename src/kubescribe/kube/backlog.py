@@ -11,8 +11,10 @@ LIST reads every state at once: a large backlog costs one list, not a request pe
 
 from __future__ import annotations
 
+import time
+
 from kubescribe import metrics
-from kubescribe.kube.client import KubeClient
+from kubescribe.kube.client import ApiError, KubeClient
 from kubescribe.mirror import replay
 
 ObjectKey = tuple[str, str]  # (namespace, name)
@@ -42,6 +44,7 @@ class Backlog:
         self.stale = 0
         self.lookups = 0
         self.listed = False
+        self.seconds = 0.0  # spent reading current states
         self._states: dict[ObjectKey, str | None] = {}
         self._all: dict[ObjectKey, str] | None = None
 
@@ -85,11 +88,26 @@ class Backlog:
             return self._all.get(key)
         if key in self._states:
             return self._states[key]
-        if self.lookups >= LOOKUPS:
-            metrics.BACKLOG_LOOKUPS.labels(self.gvr, "list").inc()
-            self._all = await self._list_all()
-            self.listed = True
-            return self._all.get(key)
+        started = time.perf_counter()
+        try:
+            return await self._read(key)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    async def _read(self, key: ObjectKey) -> str | None:
+        if self.lookups < LOOKUPS:
+            try:
+                return await self._look_up(key)
+            except ApiError as exc:
+                if exc.status != 400:
+                    raise  # the watch restarts from the event before and reads again
+                self.lookups = LOOKUPS  # an API without field selectors: list it all
+        metrics.BACKLOG_LOOKUPS.labels(self.gvr, "list").inc()
+        self._all = await self._list_all()
+        self.listed = True
+        return self._all.get(key)
+
+    async def _look_up(self, key: ObjectKey) -> str | None:
         metrics.BACKLOG_LOOKUPS.labels(self.gvr, "object").inc()
         self.lookups += 1
         namespace, name = key

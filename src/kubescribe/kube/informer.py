@@ -321,4 +321,5 @@ class Informer(Generic[Prepared]):
             stale=backlog.stale,
             lookups=backlog.lookups,
             listed=backlog.listed,
+            lookup_seconds=round(backlog.seconds, 3),
         )
