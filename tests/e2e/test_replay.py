@@ -14,14 +14,18 @@ from pathlib import Path
 
 import pytest
 
+from kubescribe.controller.desired import WorkerKey
+from kubescribe.controller.sharding import rendezvous_owner
+from kubescribe.controller.shards import worker_name
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.redis import DEV_HMAC_KEY, RedisServer
+from kubescribe.net.urls import normalize
 from kubescribe.store.cursors import StreamCursor
 from kubescribe.store.redis_cursors import RedisCursorStore
 from kubescribe.store.redis_options import RedisOptions
-from tests.manifests import cm_path
-from tests.support import Operator, setup_mirror, wait_for
+from tests.manifests import cm_path, configmap, provider, target, watch_rule
+from tests.support import Operator, manifest, setup_mirror, wait_for
 
 pytestmark = pytest.mark.controlplane
 
@@ -137,4 +141,80 @@ def backlog(op: Operator, result: str) -> float:
         float(line.rsplit(" ", 1)[1])
         for line in op.metrics().splitlines()
         if line.startswith(prefix) and f'result="{result}"' in line
+    )
+
+
+def test_a_hand_over_saves_the_cursor_of_its_last_push(
+    crds: ControlPlane,
+    namespace: str,
+    remote: BareRemote,
+    tmp_path: Path,
+    redis_server: RedisServer,
+) -> None:
+    cp, ns = crds, namespace
+    prefix = f"replay-{uuid.uuid4().hex[:8]}:"
+
+    def replica(name: str) -> Operator:
+        return Operator(
+            cp,
+            tmp_path / name,
+            f"--replica-id={name}",
+            f"--lease-namespace={ns}",
+            f"--redis-url={redis_server.url}",
+            f"--redis-key-prefix={prefix}",
+        ).start()
+
+    # A branch whose writer moves to r2 when r2 joins.
+    branch = next(
+        b
+        for b in (f"b{i}" for i in range(64))
+        if rendezvous_owner(worker_name(WorkerKey(ns, normalize(remote.url), b)), ["r1", "r2"])
+        == "r2"
+    )
+    cursors = Cursors(redis_server, prefix, f"{ns}/mirror|core/v1/configmaps|{ns}")
+    r1 = replica("r1")
+    r2: Operator | None = None
+    try:
+        cp.apply(
+            manifest(
+                provider("git", ns, remote.url, push={"commitWindow": "60s"}),
+                target("mirror", ns, "git", "mirror", branch=branch),
+                watch_rule("rule", ns, "mirror", {"apiGroups": [""], "resources": ["configmaps"]}),
+            )
+        )
+        wait_for(cursors.load, timeout=60, what="the cursor of the first (empty) snapshot")
+        opened = windows_opened(r1)
+        cp.apply(manifest(*(configmap(f"cm-{i}", ns, {"v": "1"}) for i in range(3))))
+        wait_for(lambda: windows_opened(r1) > opened, timeout=30, what="a commit window open")
+        r2 = replica("r2")  # r1 hands the branch over: closes the window, pushes, saves
+        wait_for(
+            lambda: {cm_path(ns, f"cm-{i}") for i in range(3)} <= set(remote.files(branch)),
+            timeout=60,
+            what="the hand-over's push",
+        )
+        # A change after the hand-over, seen live by r2: what it replayed came before it.
+        cp.kubectl("delete", "configmap", "cm-0", "-n", ns)
+        assert r2 is not None
+        wait_for(lambda: watch_events(r2, "DELETED") >= 1, timeout=60, what="r2 sees the delete")
+        assert watch_events(r2, "ADDED") == 0, "r2 replayed what r1 had pushed"
+    finally:
+        for op in (r2, r1):
+            if op is not None:
+                op.stop()
+
+
+def windows_opened(op: Operator) -> float:
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in op.metrics().splitlines()
+        if line.startswith("kubescribe_windows_opened_total")
+    )
+
+
+def watch_events(op: Operator, event_type: str) -> float:
+    wanted = f'gvr="core/v1/configmaps",type="{event_type}"'
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in op.metrics().splitlines()
+        if line.startswith("kubescribe_watch_events_total{") and wanted in line
     )
