@@ -21,8 +21,12 @@ from kubescribe.server.attribution import AttributionOptions, attribution
 from kubescribe.server.audit import DEFAULT_CLIENT_PREFIX
 from kubescribe.server.health import health_app, serve
 from kubescribe.server.tls import ANY_CLIENT
+from kubescribe.stopping import Stopper
+from kubescribe.waits import within
 
 log = structlog.get_logger(__name__)
+
+_CLOSE_TIMEOUT = 1.0  # seconds for each server and client to close after the manager stopped
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,7 @@ async def run_operator(
     sharing: Sharing | None = None,
     attribution_options: AttributionOptions | None = None,
     certificates: CertificateOptions | None = None,
+    stopper: Stopper | None = None,
 ) -> None:
     client = await KubeClient.connect(kubeconfig, context)
     # API client, audit receiver, admission webhook, fact store: closed in reverse order
@@ -122,6 +127,8 @@ async def run_operator(
         lease_namespace=sharing.lease_namespace,
         lease_duration=sharing.lease_duration,
     )
+    if stopper is not None:
+        settings.shutdown_timeout = stopper.timeout
     options = attribution_options or AttributionOptions()
     if certs is not None and options.changes_webhook_url:
         settings.changes_webhook = (options.changes_webhook_url, certs.bundle)
@@ -136,6 +143,8 @@ async def run_operator(
     settings.resolver, settings.request_authors = att.resolver, att.requests
     settings.attribution_sources = att.sources
     manager = Manager(client, settings)
+    if stopper is not None:
+        stopper.release_leases_with(manager.release_leases)
     runner = None
     if metrics_addr:
         host, _, port = metrics_addr.rpartition(":")
@@ -145,10 +154,11 @@ async def run_operator(
     try:
         await manager.run()
     finally:
+        # Bounded like the manager's shutdown: a server that does not answer costs a log line.
         if upkeep is not None:
             upkeep.cancel()
         if runner is not None:
-            await runner.cleanup()
-        await settings.cursors.close()
-        await sites.aclose()
+            await within(runner.cleanup(), _CLOSE_TIMEOUT)
+        await within(settings.cursors.close(), _CLOSE_TIMEOUT)
+        await within(sites.aclose(), _CLOSE_TIMEOUT)
         log.info("operator.stopped")

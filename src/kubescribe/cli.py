@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import os
 import shutil
-import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +36,7 @@ from kubescribe.net.addresses import NetworkPolicy, set_network_policy
 from kubescribe.server.admission import DEFAULT_CLIENT
 from kubescribe.server.attribution import MAX_AUDIT_BODY, AttributionOptions
 from kubescribe.server.audit import DEFAULT_MAX_BODY, DEFAULT_MAX_EVENTS
+from kubescribe.stopping import Stopper
 from kubescribe.store.redis_options import (
     DEFAULT_KEY_PREFIX,
     HMAC_KEY_ENV,
@@ -361,6 +360,14 @@ def _certificate_options(command: Callable[..., None]) -> Callable[..., None]:
     help="Seconds after which a replica that stopped renewing its Leases is replaced.",
 )
 @click.option(
+    "--shutdown-timeout",
+    type=click.FloatRange(min=1),
+    default=8.0,
+    show_default=True,
+    help="Seconds from SIGTERM to released Leases: writers push what they hold, cursors are "
+    "saved (keep it a few seconds under the Pod's terminationGracePeriodSeconds).",
+)
+@click.option(
     "--kustomize",
     "kustomize_binary",
     envvar="KUBESCRIBE_KUSTOMIZE",
@@ -386,6 +393,7 @@ def run(
     replica_id: str,
     lease_namespace: str,
     lease_duration: float,
+    shutdown_timeout: float,
     kustomize_binary: str,
     webhook_cert_secret: str,
     webhook_cert_namespace: str,
@@ -447,6 +455,7 @@ def run(
     if kustomize and not network_isolation():
         # Remote references are still refused before kustomize runs, and it has no `git`.
         log.warning("render_check.network_not_isolated", reason="unshare --net is refused here")
+    stopper = Stopper(shutdown_timeout)
     operator = run_operator(
         kubeconfig,
         context,
@@ -462,8 +471,9 @@ def run(
         sharing=Sharing(replica_id, lease_namespace, lease_duration),
         attribution_options=attribution_options,
         certificates=certificates,
+        stopper=stopper,
     )
-    asyncio.run(_until_signal(operator))
+    asyncio.run(stopper.run(operator))
 
 
 @main.command()
@@ -555,15 +565,6 @@ def _redis_options(url: str, ca_file: Path | None, key_prefix: str) -> RedisOpti
         ca_file=ca_file,
         key_prefix=key_prefix,
     )
-
-
-async def _until_signal(main_coro: Coroutine[Any, Any, None]) -> None:
-    task = asyncio.ensure_future(main_coro)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, task.cancel)
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
 
 
 if __name__ == "__main__":

@@ -173,6 +173,20 @@ PROVIDERS_BLOCKED = Gauge(
 )
 
 # -- attribution (audit facts, admission records) ----------------------------------------------
+CHANGES_IGNORED = Counter(
+    "kubescribe_changes_ignored_total",
+    "Changes dropped by a GitTarget's spec.ignore.changesBy, by the GitTarget's namespace and"
+    " the list that matched (user, serviceaccount, fieldmanager).",
+    ["target_namespace", "by"],
+    registry=REGISTRY,
+)
+IGNORE_UNATTRIBUTED = Counter(
+    "kubescribe_ignore_unattributed_total",
+    "Changes recorded although spec.ignore.changesBy names users or service accounts, because"
+    " no author was known (attribution not wired, or no fact within the grace).",
+    ["target_namespace"],
+    registry=REGISTRY,
+)
 ATTRIBUTION = Counter(
     "kubescribe_attribution_total",
     "Author lookups, by outcome (exact, delete, collection, ambiguous, unresolved).",

@@ -122,3 +122,17 @@ def test_subject_access_reviews_are_granted_only_with_a_tenant_service_account(
 
     assert not grants_reviews()
     assert grants_reviews("--set=tenantServiceAccount=kubescribe-reader")
+
+
+def test_the_shutdown_timeout_reaches_the_pod_and_fits_in_its_grace_period(
+    tools: ClusterTools,
+) -> None:
+    done = render(tools, "--set=shutdownTimeout=12", "--set=terminationGracePeriodSeconds=20")
+    assert done.returncode == 0, done.stderr
+    [deployment] = [d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 20
+    assert "--shutdown-timeout=12" in pod["containers"][0]["args"]
+    too_long = render(tools, "--set=shutdownTimeout=26")  # the default grace period is 30 s
+    assert too_long.returncode != 0
+    assert "terminationGracePeriodSeconds" in too_long.stderr

@@ -7,7 +7,6 @@ saved cursors (a watch resumed from the last pushed resourceVersion), not from a
 
 from __future__ import annotations
 
-import datetime as dt
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -60,20 +59,6 @@ def sees_all(ops: dict[str, Operator]) -> bool:
         if not lines or float(lines[0].split()[1]) != len(ops):
             return False
     return True
-
-
-def acquired_at(cp: ControlPlane, ns: str, branch: str) -> float:
-    """When the current holder of a branch's writer Lease took it (Unix time)."""
-    leases = cp.get_json("leases", "-n", ns, "-l", "kubescribe.io/lease=writer")["items"]
-    for lease in leases:
-        if lease["metadata"]["annotations"]["kubescribe.io/writer"].endswith(f" {branch}"):
-            stamp = lease["spec"]["acquireTime"]
-            return (
-                dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ")
-                .replace(tzinfo=dt.UTC)
-                .timestamp()
-            )
-    raise AssertionError(f"no writer Lease for {branch}")
 
 
 def writer_owners(cp: ControlPlane, ns: str) -> dict[str, str]:
@@ -167,7 +152,60 @@ def burst(cp: ControlPlane, ns: str, rounds: int, stop: threading.Event | None =
         cp.apply(manifest(*docs))
 
 
-def test_a_killed_replica_is_replaced_within_seconds_and_nothing_is_lost(
+ROLLING_RESTARTS = 10  # each one SIGTERMs every replica in turn
+
+
+def churn(cp: ControlPlane, ns: str, stop: threading.Event) -> None:
+    """Create and delete ConfigMaps on every branch until `stop`: each round creates new names
+    and deletes those of two rounds ago, so no name is ever created again once deleted."""
+    r = 0
+    while not stop.is_set():
+        cp.apply(
+            manifest(
+                *(
+                    configmap(f"churn-{r}-{i}-{branch}", ns, {"v": "1"}, shard=branch, round=str(r))
+                    for branch in BRANCHES
+                    for i in range(2)
+                )
+            )
+        )
+        if r >= 2:
+            cp.kubectl("delete", "configmap", "-n", ns, "-l", f"round={r - 2}", "--wait=false")
+        r += 1
+
+
+def assert_no_resurrection(remote: BareRemote, prefix: str) -> None:
+    """No commit adds a file an earlier commit of the branch deleted, among the ConfigMaps
+    whose names start with `prefix` (names the test never creates again once deleted; `burst`
+    moves its ConfigMaps between branches, so they do come back)."""
+    for branch in BRANCHES:
+        deleted: set[str] = set()
+        log = git("log", "--reverse", "--format=@%H", "--name-status", branch, cwd=remote.path)
+        sha = ""
+        for line in log.splitlines():
+            if line.startswith("@"):
+                sha = line[1:13]
+            elif line:
+                status, path = line.split("\t", 1)
+                if not path.rpartition("/")[2].startswith(prefix):
+                    continue
+                if status == "D":
+                    deleted.add(path)
+                elif status == "A":
+                    assert path not in deleted, f"{branch}: {sha} brings back {path}"
+
+
+def assert_released(cp: ControlPlane, ns: str, op: Operator, name: str) -> None:
+    """It exited 0 (not the watchdog's overrun code) and gave its Leases back on the way out:
+    none still names it, as an expired one would."""
+    assert op.proc is not None
+    assert op.proc.returncode == 0, f"{name} exited {op.proc.returncode}"
+    assert "operator.stop_overran" not in op.logs()
+    assert name not in writer_owners(cp, ns).values(), f"{name} left a writer Lease to expire"
+    assert name not in members(cp, ns)
+
+
+def test_a_killed_replica_is_replaced_and_nothing_is_lost(
     crds: ControlPlane,
     namespace: str,
     replicas: Callable[[str], Operator],
@@ -200,7 +238,6 @@ def test_a_killed_replica_is_replaced_within_seconds_and_nothing_is_lost(
     writer.start()
     time.sleep(0.3)  # the burst is under way (not a wait for a result)
     ops[victim].kill()
-    killed_at = time.time()
     for b in victim_branches:
         cp.kubectl("delete", "configmap", f"doomed-{b}", "-n", ns)
     writer.join()
@@ -209,13 +246,13 @@ def test_a_killed_replica_is_replaced_within_seconds_and_nothing_is_lost(
         current = writer_owners(cp, ns)
         return all(current[b] not in ("", victim) for b in victim_branches)
 
-    wait_for(taken_over, timeout=30, interval=0.2, what="branches taken over")
-    failover = max(acquired_at(cp, ns, b) for b in victim_branches) - killed_at
-    assert failover <= 15, f"failover took {failover:.1f}s"
+    # Taken over once the Leases expire (10 s) plus a renewal; the time is bench/ material.
+    wait_for(taken_over, timeout=60, interval=0.2, what="branches taken over")
     assert_converged(cp, remote, ns)
     for b in victim_branches:  # deleted while no replica owned the branch (OnEvent)
         assert f"doomed-{b}" not in mirrored(remote, ns, b)
     assert_clean_history(remote)
+    assert_no_resurrection(remote, "doomed-")
     pushed = pushes_by_replica(ops)
     for branch in BRANCHES:
         commits = git("rev-list", "--reverse", branch, cwd=remote.path).split()[1:]
@@ -224,7 +261,7 @@ def test_a_killed_replica_is_replaced_within_seconds_and_nothing_is_lost(
         assert len(runs) <= 2, f"{branch} written by {runs}"  # the owner, then its successor
 
 
-def test_a_rolling_restart_during_a_stream_of_changes_loses_nothing(
+def test_rolling_restarts_during_a_stream_exit_cleanly_and_echo_nothing(
     crds: ControlPlane,
     namespace: str,
     replicas: Callable[[str], Operator],
@@ -237,15 +274,18 @@ def test_a_rolling_restart_during_a_stream_of_changes_loses_nothing(
     cp.apply(shard_targets(ns, remote.url))
     wait_for(lambda: len(writer_owners(cp, ns)) == 6, timeout=60, what="six writer Leases")
     stop = threading.Event()
-    writer = threading.Thread(target=burst, args=(cp, ns, 10_000, stop))
+    writer = threading.Thread(target=churn, args=(cp, ns, stop))
     writer.start()
     try:
-        for name in list(ops):
-            ops[name].stop()  # SIGTERM: flush, push, save cursors, release the Leases
-            ops[name] = replicas(name)
-            wait_for(lambda: members(cp, ns) == set(ops), timeout=30, what="rejoined")
+        for _ in range(ROLLING_RESTARTS):
+            for name in list(ops):
+                ops[name].stop()  # SIGTERM: flush, push, save cursors, release the Leases
+                assert_released(cp, ns, ops[name], name)
+                ops[name] = replicas(name)
+                wait_for(lambda: members(cp, ns) == set(ops), timeout=30, what="rejoined")
     finally:
         stop.set()
         writer.join()
     assert_converged(cp, remote, ns, timeout=90)
     assert_clean_history(remote)
+    assert_no_resurrection(remote, "churn-")

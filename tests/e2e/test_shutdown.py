@@ -1,9 +1,10 @@
-"""SIGTERM as a Pod sees it: a replica that writes branches exits within a few seconds, after
-pushing what it holds and releasing its Leases (well inside the 30 s grace period)."""
+"""SIGTERM as a Pod sees it: a replica that writes branches exits 0 after pushing what it holds
+and releasing its Leases. The stop is bounded by --shutdown-timeout: a stop that overran exits
+with kubescribe.stopping.EXIT_OVERRAN instead, so the exit code is the check (the time goes to
+the closing notes, not to an assertion)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from tests.support import Operator, manifest, wait_for
 pytestmark = pytest.mark.controlplane
 
 
-def test_sigterm_pushes_releases_and_exits_within_seconds(
+def test_sigterm_pushes_releases_and_exits_zero(
     crds: ControlPlane, namespace: str, operator: Callable[..., Operator], tmp_path: Path
 ) -> None:
     cp, ns = crds, namespace
@@ -37,13 +38,12 @@ def test_sigterm_pushes_releases_and_exits_within_seconds(
     # a change in an open commit window at SIGTERM: written, pushed, its cursor saved
     cp.kubectl("create", "configmap", "late", "-n", ns, "--from-literal=a=1")
     wait_for(lambda: window_count(op) > opened, timeout=30, what="a window open")
-    t0 = time.monotonic()
     op.stop()
-    took = time.monotonic() - t0
     assert op.proc is not None
     assert op.proc.returncode == 0
-    assert "lease.released" in op.logs()
-    assert took < 5, f"SIGTERM to exit took {took:.1f}s"
+    logs = op.logs()
+    assert "lease.released" in logs
+    assert "operator.stop_overran" not in logs
     assert f"mirror/{ns}/core/configmaps/late.yaml" in remote.files()
 
 

@@ -184,6 +184,19 @@ def test_valid_objects_are_accepted_with_defaults(cp: ControlPlane, namespace: s
         ("GitProvider", PROVIDER | {"push": {"commitWindow": "250ms"}}),
         ("GitProvider", PROVIDER | {"attribution": {"mode": "attributed-author"}}),
         (
+            "GitTarget",
+            TARGET
+            | {
+                "ignore": {
+                    "changesBy": {
+                        "users": ["alice", "oidc:bob@example.org"],
+                        "serviceAccounts": ["flux-system/kustomize-controller", "argocd/*"],
+                        "fieldManagers": ["kustomize-controller", "argocd-controller"],
+                    }
+                }
+            },
+        ),
+        (
             "CommitRequest",
             {"targetRef": {"name": "site"}, "message": "Line one\n\nBody", "collectDelay": "2s"},
         ),
@@ -210,6 +223,7 @@ def test_valid_objects_are_accepted_with_defaults(cp: ControlPlane, namespace: s
         "window-zero",
         "window-millis",
         "attributed",
+        "ignore-identities",
         "commit-request",
         "known-hosts-and-signing",
     ],
@@ -294,6 +308,21 @@ def test_edge_cases_are_accepted(
             "spec.push.maxChangesPerCommit",
         ),
         ("GitProvider", PROVIDER | {"attribution": {"mode": "audit"}}, "spec.attribution.mode"),
+        (
+            "GitTarget",
+            TARGET | {"ignore": {"changesBy": {"serviceAccounts": ["kustomize-controller"]}}},
+            "spec.ignore.changesBy.serviceAccounts[0]",
+        ),
+        (
+            "GitTarget",
+            TARGET | {"ignore": {"changesBy": {"serviceAccounts": ["*/x"]}}},
+            "spec.ignore.changesBy.serviceAccounts[0]",
+        ),
+        (
+            "GitTarget",
+            TARGET | {"ignore": {"changesBy": {"fieldManagers": [""]}}},
+            "spec.ignore.changesBy.fieldManagers[0]",
+        ),
         ("CommitRequest", {"targetRef": {"name": "t"}}, "spec.message"),
         ("CommitRequest", {"targetRef": {"name": "t"}, "message": "  \n"}, "spec.message"),
         (

@@ -4,6 +4,7 @@ real bare repository over file:// (read back with `git`)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,20 @@ from kubescribe.git.worker import BranchWorker
 from kubescribe.mirror.authors import UNRESOLVED, AttributionMode, Author, ObjectEvent
 from kubescribe.mirror.changes import Change, Operation, PruneMode, TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
+from kubescribe.mirror.ignore import IgnoreRule
 from kubescribe.mirror.layout import Layout
 from kubescribe.mirror.window import WindowPolicy
-from tests.builders import COMMITTER, FOLDER, TARGET, document, ident, path_of, snapshot, upsert
+from tests.builders import (
+    COMMITTER,
+    FOLDER,
+    TARGET,
+    document,
+    ident,
+    path_of,
+    read_doc,
+    snapshot,
+    upsert,
+)
 from tests.support import WorkerHarness, until
 
 OTHER = TargetKey("team", "other")
@@ -458,3 +470,52 @@ async def test_a_stopped_worker_ends_the_requests_it_could_not_push(
         assert outcome.reason == WORKER_STOPPED
     finally:
         away.rename(remote.path)
+
+
+# -- spec.ignore.changesBy ------------------------------------------------------------------
+FLUX = IgnoreRule.parse(field_managers=["kustomize-controller"])
+
+
+def from_manager(change: Change, manager: str) -> Change:
+    return dataclasses.replace(change, field_manager=manager)
+
+
+async def test_an_ignored_change_alone_is_acknowledged_without_a_commit(
+    remote: BareRemote, make: Callable[..., WorkerHarness]
+) -> None:
+    h = make(config(window=WindowPolicy(0), ignore=FLUX))
+    mine = upsert("app", k="1")
+    h.worker.submit(mine)
+    await h.written(mine)
+    commits, tip = len(remote.log()), remote.tip()
+
+    flux = from_manager(upsert("app", op=Operation.UPDATE, k="2"), "kustomize-controller")
+    h.worker.submit(flux)
+    await h.written(flux)  # its cursor moves on: a restart does not replay it
+
+    assert (len(remote.log()), remote.tip()) == (commits, tip)
+    assert read_doc(remote, path_of("app"))["data"] == {"k": "1"}
+    later = upsert("app", op=Operation.UPDATE, k="3", extra="x")
+    h.worker.submit(later)
+    await h.written(later)
+    assert read_doc(remote, path_of("app"))["data"] == {"k": "3", "extra": "x"}
+    assert len(remote.log()) == commits + 1
+
+
+async def test_an_ignored_change_is_acknowledged_only_with_the_window_before_it(
+    remote: BareRemote, make: Callable[..., WorkerHarness]
+) -> None:
+    h = make(config(ignore=FLUX), config(OTHER, "other", window=WindowPolicy(0)))
+    mine = upsert("mine")  # in a long window
+    flux = from_manager(upsert("flux"), "kustomize-controller")
+    other = for_target(upsert("quick"), OTHER)
+    for item in (mine, flux, other):
+        h.worker.submit(item)
+    await h.written(other)
+    assert mine.cursor not in h.acked
+    assert flux.cursor not in h.acked  # acknowledging it would skip `mine` on a restart
+
+    assert await h.worker.stop(timeout=10)
+    assert {mine.cursor, flux.cursor} <= h.acked
+    assert path_of("mine") in remote.files()
+    assert path_of("flux") not in remote.files()

@@ -152,3 +152,22 @@ def test_a_service_url_registers_as_a_service_reference() -> None:
     }
     url = "https://127.0.0.1:9444/validate-changes"
     assert client_config(url) == {"url": url}
+
+
+async def test_the_match_carries_the_username_and_two_users_behind_one_name_name_nobody() -> None:
+    sa = "system:serviceaccount:flux-system:kustomize-controller"
+    store = await store_of((review(sa, "UPDATE", cm("x")), 100.0))
+    match = AdmittedAuthors(store).match(event("x"), 100.2)
+    assert match is not None
+    assert match.author is not None
+    assert match.author.user == sa  # spec.ignore.changesBy matches on it
+
+    def named(user: str) -> Any:
+        req = review(user, "UPDATE", cm("y"))
+        req["userInfo"]["extra"] = {"display-name": ["Ops"], "email": ["ops@example.org"]}
+        return req
+
+    store = await store_of((named("ops-1"), 100.0), (named("ops-2"), 100.1))
+    both = AdmittedAuthors(store).match(event("y"), 100.2)
+    assert both is not None
+    assert both.author is None

@@ -81,6 +81,26 @@ async def test_overlapping_writes_of_one_version_by_different_authors_are_ambigu
     assert await resolver.author_of(change(uid="u-2", rv="3"), started) == ALICE
 
 
+async def test_the_answer_carries_the_username_and_two_users_behind_one_name_are_ambiguous() -> (
+    None
+):
+    store = MemoryFactStore()
+    now = time.time()
+    ops = Author("Ops", "ops@example.org")
+    one = fact(FACT_WRITE, ops, username="ops-1", uid="u-1", resource_version="10")
+    await store.add("local", keyed([one]))
+    resolver = AuditAuthorResolver(store, "local", grace=0)
+    answer = await resolver.author_of(change(), time.monotonic())
+    assert answer == ops
+    assert answer is not None
+    assert answer.user == "ops-1"  # spec.ignore.changesBy matches on it
+    # Another user with the same display name and email overlapping for that version.
+    two = fact(FACT_WRITE, ops, username="ops-2", uid="u-1", resource_version="10")
+    two = replace(two, received=now - 5)
+    await store.add("local", keyed([two]))
+    assert await resolver.author_of(change(), time.monotonic()) is UNRESOLVED
+
+
 async def test_routes_are_isolated() -> None:
     store = MemoryFactStore()
     await store.add("other", keyed([fact(FACT_WRITE, BOB, uid="u-1", resource_version="10")]))

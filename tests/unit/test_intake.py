@@ -7,11 +7,12 @@ import asyncio
 import dataclasses
 from dataclasses import dataclass, field
 
+from kubescribe import metrics
 from kubescribe.api.conditions import NOTHING_TO_COMMIT, TARGET_NOT_WRITABLE, WORKER_STOPPED
 from kubescribe.attribution.decode import FACT_WRITE, Fact
 from kubescribe.attribution.facts import keyed
 from kubescribe.attribution.resolver import AuditAuthorResolver
-from kubescribe.git.intake import Group, Intake
+from kubescribe.git.intake import Group, Intake, Skipped
 from kubescribe.mirror.authors import (
     UNRESOLVED,
     AttributionMode,
@@ -21,6 +22,7 @@ from kubescribe.mirror.authors import (
 )
 from kubescribe.mirror.changes import Change, Cursor, Operation, Snapshot, TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
+from kubescribe.mirror.ignore import NO_IGNORE, IgnoreRule
 from kubescribe.mirror.window import CloseReason, WindowPolicy
 from kubescribe.store.memory import MemoryFactStore
 
@@ -37,6 +39,7 @@ class Settings:
     window: WindowPolicy = field(default_factory=lambda: WindowPolicy(5))
     attribution: AttributionMode = AttributionMode.CONFIGURED
     infer_authors: bool = False
+    ignore: IgnoreRule = NO_IGNORE
 
 
 def change(name: str, target: TargetKey = A, author: Author | None = None) -> Change:
@@ -72,7 +75,7 @@ class Resolver:
 class Fixture:
     def __init__(self, resolver: AuthorResolver | None = None, **targets: Settings) -> None:
         self.now = 100.0
-        self.out: list[Change | Snapshot | Group] = []
+        self.out: list[Change | Snapshot | Group | Skipped] = []
         self.wakes = 0
         self.targets = {TargetKey("ns", k): v for k, v in targets.items()}
         self.intake = Intake(
@@ -95,7 +98,9 @@ class Fixture:
         ]
 
 
-def _name(item: Change | Snapshot) -> str:
+def _name(item: Change | Snapshot | Skipped) -> str:
+    if isinstance(item, Skipped):
+        return f"skipped {item.cursor.resource_version}"
     return item.identity.name if isinstance(item, Change) else "snapshot"
 
 
@@ -314,3 +319,121 @@ async def test_hold_on_an_unknown_target_fails_at_once() -> None:
     f = Fixture(a=Settings())
     handle = f.intake.hold(B, None)
     assert handle.future.result().reason == TARGET_NOT_WRITABLE
+
+
+# -- spec.ignore.changesBy ------------------------------------------------------------------
+FLUX_USER = "system:serviceaccount:flux-system:kustomize-controller"
+FLUX = Author(FLUX_USER, "kustomize-controller@flux-system.invalid", user=FLUX_USER)
+BOB = Author("Bob", "bob@example.invalid", user="bob")
+
+
+def ignored(by: str) -> float:
+    sample = metrics.REGISTRY.get_sample_value(
+        "kubescribe_changes_ignored_total", {"target_namespace": "ns", "by": by}
+    )
+    return sample or 0.0
+
+
+def unattributed() -> float:
+    sample = metrics.REGISTRY.get_sample_value(
+        "kubescribe_ignore_unattributed_total", {"target_namespace": "ns"}
+    )
+    return sample or 0.0
+
+
+def by_manager(name: str, manager: str) -> Change:
+    return dataclasses.replace(change(name), field_manager=manager)
+
+
+async def test_a_listed_field_manager_is_dropped_without_asking_for_an_author() -> None:
+    resolver = Resolver()
+    rule = IgnoreRule.parse(users=["bob"], field_managers=["kustomize-controller"])
+    f = Fixture(resolver, a=Settings(window=WindowPolicy(0), ignore=rule))
+    before = ignored("fieldmanager")
+
+    f.intake.enter(by_manager("flux", "kustomize-controller"))
+    await settle()
+
+    assert resolver.events == []  # dropped whoever made it: no wait for attribution
+    assert f.names() == ["skipped flux"]  # its cursor goes on, in order, with nothing to write
+    assert ignored("fieldmanager") == before + 1
+
+
+async def test_configured_author_resolves_only_to_match_and_commits_as_the_committer() -> None:
+    resolver = Resolver()
+    rule = IgnoreRule.parse(service_accounts=["flux-system/kustomize-controller"])
+    f = Fixture(resolver, a=Settings(window=WindowPolicy(0), ignore=rule))
+    before = ignored("serviceaccount")
+
+    f.intake.enter(by_manager("flux", "kubectl-client-side-apply"))
+    f.intake.enter(by_manager("bob", "kubectl-edit"))
+    await settle()
+    assert [e.name for e in resolver.events] == ["flux", "bob"]
+    resolver.answer("bob", BOB)
+    resolver.answer("flux", FLUX)
+    await settle()
+
+    assert f.names() == ["skipped flux", "bob"]  # FIFO: bob's change waited behind flux's
+    [_, bobs] = f.out
+    assert isinstance(bobs, Change)
+    assert bobs.author is None
+    assert ignored("serviceaccount") == before + 1
+
+
+async def test_no_author_known_records_the_change_and_counts_it() -> None:
+    resolver = Resolver()
+    rule = IgnoreRule.parse(users=["bob"])
+    f = Fixture(resolver, a=Settings(window=WindowPolicy(0), ignore=rule))
+    g = Fixture(None, a=Settings(window=WindowPolicy(0), ignore=rule))  # attribution not wired
+    before = unattributed()
+
+    f.intake.enter(change("late"))
+    await settle()
+    resolver.answer("late", None)  # nothing within the grace
+    f.intake.enter(change("ambiguous"))
+    await settle()
+    resolver.answer("ambiguous", UNRESOLVED)
+    await settle()
+    g.intake.enter(change("unwired"))
+
+    assert f.names() == ["late", "ambiguous"]
+    assert g.names() == ["unwired"]
+    assert unattributed() == before + 3
+
+
+async def test_a_dropped_change_rides_with_the_open_window_without_moving_its_deadline() -> None:
+    """Its cursor may be acknowledged only after the window's changes are pushed (they came
+    first), and Flux writing now and then must not keep an operator's window open."""
+    rule = IgnoreRule.parse(field_managers=["kustomize-controller"])
+    f = Fixture(a=Settings(ignore=rule))
+    f.intake.enter(change("mine", author=ALICE))
+    deadline = f.intake.next_deadline()
+    f.now += 3
+    f.intake.enter(by_manager("flux", "kustomize-controller"))
+
+    assert f.out == []
+    assert f.intake.next_deadline() == deadline
+    f.now = 106
+    f.intake.close_due()
+    [group] = f.out
+    assert isinstance(group, Group)
+    assert [c.identity.name for c in group.changes] == ["mine"]
+    assert group.cursors == [Cursor("s", "mine"), Cursor("s", "flux")]
+
+
+async def test_a_listed_user_is_dropped_with_attributed_authors_too() -> None:
+    resolver = Resolver()
+    attributed = Settings(
+        window=WindowPolicy(0),
+        attribution=AttributionMode.ATTRIBUTED,
+        ignore=IgnoreRule.parse(users=["bob"]),
+    )
+    f = Fixture(resolver, a=attributed)
+    f.intake.enter(change("bob"))
+    f.intake.enter(change("alice"))
+    await settle()
+    resolver.answer("bob", BOB)
+    resolver.answer("alice", dataclasses.replace(ALICE, user="alice"))
+    await settle()
+
+    assert f.names() == ["skipped bob", "alice"]

@@ -206,6 +206,29 @@ def test_attribution_condition_by_sources_and_unresolved_streak() -> None:
     assert (alarm.status, alarm.reason) == ("False", c.AUTHORS_UNRESOLVED)
 
 
+def test_ignoring_users_reports_whether_authors_can_be_known() -> None:
+    by_manager = plan({"ignore": {"changesBy": {"fieldManagers": ["kustomize-controller"]}}})
+    assert attribution_condition(by_manager.targets[KEY], [], 0) is None  # no author needed
+    by_account = plan({"ignore": {"changesBy": {"serviceAccounts": ["flux-system/*"]}}})
+    missing = attribution_condition(by_account.targets[KEY], [], 0)
+    assert missing is not None
+    assert (missing.status, missing.reason) == ("False", c.NO_ATTRIBUTION_SOURCE)
+    assert "no change is dropped by its user, all are recorded" in missing.message
+    ok = attribution_condition(by_account.targets[KEY], ["audit"], 0)
+    assert ok == Cond(c.AUTHORS_ATTRIBUTED, "True", c.AUTHORS_ATTRIBUTED, "From audit")
+
+
+def test_an_ignore_entry_that_can_never_match_is_a_validated_reason() -> None:
+    bad = plan({"ignore": {"changesBy": {"serviceAccounts": ["kustomize-controller"]}}})
+    t = bad.targets[KEY]
+    assert not t.writable
+    conds, _ = target_status(t, TargetFacts())
+    assert table(conds)[c.VALIDATED] == ("False", c.INVALID_IGNORE)
+    assert table(conds)[c.STALLED] == ("True", c.INVALID_IGNORE)
+    message = next(d.message for d in conds if d.type == c.VALIDATED)
+    assert message.startswith("spec.ignore.changesBy.serviceAccounts[0]: 'kustomize-controller'")
+
+
 def test_rule_conditions_follow_the_rule_and_its_target() -> None:
     p = plan()
     r = p.rules[("WatchRule", ("ns", "r"))]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -195,11 +194,10 @@ def test_run_sets_the_network_policy_from_its_flag(
     """`kubescribe run` applies the flag before the operator starts (which is stubbed here)."""
     seen: list[bool] = []
 
-    def run_operator(*_: object, **__: object) -> None:
+    async def run_operator(*_: object, **__: object) -> None:
         seen.append(network_policy().deny_private)
 
     monkeypatch.setattr(cli, "run_operator", run_operator)
-    monkeypatch.setattr(cli, "_until_signal", lambda operator: asyncio.sleep(0))
     try:
         result = CliRunner().invoke(cli.main, ["run", *args])
     finally:

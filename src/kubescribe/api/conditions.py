@@ -85,6 +85,7 @@ PATH_OVERLAP: Final = "PathOverlap"
 INVALID_TEMPLATE: Final = "InvalidTemplate"
 INVALID_PATH: Final = "InvalidPath"
 INVALID_NOISE: Final = "InvalidNoise"
+INVALID_IGNORE: Final = "InvalidIgnore"  # spec.ignore.changesBy
 NO_MATCHING_RESOURCES: Final = "NoMatchingResources"
 NAMESPACES_NOT_SUPPORTED: Final = "NamespacesNotSupported"
 WATCH_FORBIDDEN: Final = "WatchForbidden"
@@ -160,6 +161,7 @@ STALLED_REASONS: Final = frozenset(
         PATH_OVERLAP,
         INVALID_TEMPLATE,
         INVALID_PATH,
+        INVALID_IGNORE,
         ENCRYPTION_MISSING,
         INVALID_KEY,
         INVALID_SENSITIVE_TYPE,

@@ -667,6 +667,61 @@ class ContentSpec(ApiModel):
     )
 
 
+_Username = Annotated[str, Field(min_length=1, max_length=512)]
+_ServiceAccountRef = Annotated[
+    str,
+    Field(
+        min_length=3,
+        max_length=317,
+        json_schema_extra=_cel(
+            (
+                "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?/"
+                "([*]|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$')",
+                "must be namespace/name or namespace/* (e.g. flux-system/kustomize-controller)",
+            )
+        ),
+    ),
+]
+
+
+class IgnoreIdentities(ApiModel):
+    """Whose changes are not recorded (docs/ignore-identities.md); any match drops a change."""
+
+    users: list[_Username] = Field(
+        default_factory=list,
+        max_length=64,
+        description=(
+            "Usernames as the API server authenticates them (e.g. `alice`,"
+            " `oidc:alice@example.org`); needs attribution (audit or the change webhook)."
+        ),
+    )
+    service_accounts: list[_ServiceAccountRef] = Field(
+        default_factory=list,
+        max_length=64,
+        description=(
+            "ServiceAccounts as `namespace/name`, or `namespace/*` for all of a namespace"
+            " (e.g. `flux-system/kustomize-controller`); needs attribution."
+        ),
+    )
+    field_managers: list[_ManagerName] = Field(
+        default_factory=list,
+        max_length=64,
+        description=(
+            "Field managers (e.g. `kustomize-controller`, `argocd-controller`): a create or"
+            " update whose newest `metadata.managedFields` entry is theirs. Works without"
+            " attribution; any client can choose a manager name."
+        ),
+    )
+
+
+class IgnoreSpec(ApiModel):
+    """Changes this target does not record."""
+
+    changes_by: IgnoreIdentities = _defaulted(
+        IgnoreIdentities, "Identities whose creates, updates and deletes make no commit."
+    )
+
+
 class KustomizeSpec(ApiModel):
     """Writing through a kustomization in the target folder."""
 
@@ -755,6 +810,13 @@ class GitTargetSpec(ApiModel):
         description=(
             "Extend or override the noise policy (objects left out, bookkeeping labels and"
             " annotations removed) for this target."
+        ),
+    )
+    ignore: IgnoreSpec | None = Field(
+        None,
+        description=(
+            "Drop changes made by chosen users, ServiceAccounts or field managers (a GitOps"
+            " tool's own writes), so the mirror records only out-of-band changes."
         ),
     )
 

@@ -58,6 +58,7 @@ def admitted_facts(req: Mapping[str, Any], now: float) -> list[tuple[list[str], 
     record = {
         "name": author.name,
         "email": author.email,
+        "user": username,
         "operation": str(operation),
         "received": repr(now),
     }
@@ -108,8 +109,9 @@ class AdmittedAuthors:
         found = [a for a in map(_author, self.facts.find(ROUTE, key)) if a and a[1] >= since]
         if not found:
             return None
-        names = {author for author, _ in found}
-        return Match(key, next(iter(names)) if len(names) == 1 else None)
+        # Authors are equal by name and email; two users behind one name name nobody either.
+        names = {(author, author.user): author for author, _ in found}
+        return Match(key, next(iter(names.values())) if len(names) == 1 else None)
 
     def use(self, match: Match, observed_wall: float) -> None:
         self._used[match.key] = observed_wall
@@ -123,7 +125,7 @@ class AdmittedAuthors:
 
 def _author(record: Record) -> tuple[Author, float] | None:
     try:
-        author = Author(record["name"], record["email"], SOURCE)
+        author = Author(record["name"], record["email"], SOURCE, record.get("user", ""))
         return author, float(record.get("received", "0"))
     except (KeyError, ValueError):
         return None

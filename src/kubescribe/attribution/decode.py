@@ -302,7 +302,7 @@ def author_from_user(username: str, extra: Mapping[str, Any] | None = None) -> A
     name = _clean(display) or _clean(username) or "unknown"
     if email is None:
         email = _email_of(username)
-    return Author(name, _clean(email) or f"unknown@{USER_EMAIL_DOMAIN}")
+    return Author(name, _clean(email) or f"unknown@{USER_EMAIL_DOMAIN}", user=username)
 
 
 def _email_of(username: str) -> str:

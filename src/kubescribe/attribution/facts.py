@@ -100,7 +100,7 @@ def from_record(record: Record) -> Fact | None:
         return Fact(
             kind=record["kind"],
             verb=record.get("verb", ""),
-            author=Author(record["name"], record["email"]),
+            author=Author(record["name"], record["email"], user=record.get("user", "")),
             username=record.get("user", ""),
             group=record.get("group", ""),
             resource=record.get("resource", ""),

@@ -153,7 +153,7 @@ class AuditAuthorResolver:
         if not facts:
             return None
         first = min(facts, key=lambda f: f.completed)
-        others = [f for f in facts if f.author != first.author]
+        others = [f for f in facts if (f.author, f.username) != (first.author, first.username)]
         if all(first.completed < f.received for f in others):
             return OUTCOME_EXACT, first
         return OUTCOME_AMBIGUOUS, None

@@ -22,7 +22,6 @@ Conditions: `Ready` (True `Pushed` / True `NothingToCommit` / False with the fai
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from kubescribe.mirror.authors import Author, CommitRequestAuthors
 from kubescribe.mirror.changes import TargetKey
 from kubescribe.mirror.identity import ResourceType
 from kubescribe.mirror.window import parse_duration
+from kubescribe.waits import within
 
 log = structlog.get_logger(__name__)
 
@@ -463,8 +463,7 @@ class CommitRequests:
 
     async def _ends_early(self, handle: RequestHandle, delay: float) -> bool:
         """Wait `delay`; True when the worker ended the request meanwhile."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(handle.future), delay)
+        await within(asyncio.shield(handle.future), delay)
         return handle.future.done()
 
     async def _race(self, handle: RequestHandle, work: Any) -> None:
@@ -474,8 +473,7 @@ class CommitRequests:
             await asyncio.wait({task, handle.future}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await asyncio.wait({task})  # its outcome is the request's; ours stays ours
 
     def _final(self, target: TargetKey, outcome: RequestOutcome) -> Final:
         reason, message = outcome.reason, outcome.message

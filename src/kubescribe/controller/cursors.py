@@ -24,6 +24,7 @@ import structlog
 from kubescribe import metrics
 from kubescribe.mirror.changes import Cursor
 from kubescribe.store.cursors import CursorStore, ObjectKey
+from kubescribe.waits import wait_event
 
 log = structlog.get_logger(__name__)
 
@@ -161,11 +162,7 @@ class CursorKeeper:
 
     async def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every queued save is written (a hand-over releases its Lease after)."""
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
+        return await wait_event(self._idle, timeout)
 
     async def run(self) -> None:
         while True:

@@ -32,6 +32,7 @@ from kubescribe.git.urlpolicy import UrlRefused, check_url
 from kubescribe.kube.discovery import Discovered
 from kubescribe.mirror import messages
 from kubescribe.mirror.changes import PruneMode, TargetKey
+from kubescribe.mirror.ignore import NO_IGNORE, IgnoreRule, InvalidIgnore
 from kubescribe.mirror.layout import (
     DEFAULT_TEMPLATE,
     LOCAL_CLUSTER,
@@ -119,6 +120,7 @@ class TargetPlan:
     path_problem: Problem | None = None
     noise: NoisePolicy | None = None  # None: the operator's policy
     content: Content = FULL
+    ignore: IgnoreRule = NO_IGNORE
 
     @property
     def writable(self) -> bool:
@@ -374,7 +376,21 @@ def _plan_target(obj: Mapping[str, Any], providers: Mapping[ObjKey, ProviderPlan
         )
     except LayoutError as exc:
         return TargetPlan(key, gen, spec, provider, problem=Problem(c.INVALID_TEMPLATE, str(exc)))
-    return TargetPlan(key, gen, spec, provider, folder, layout, content=content_of(spec))
+    try:
+        ignore = ignore_of(spec)
+    except InvalidIgnore as exc:  # an entry stored before the CRD refused it
+        return TargetPlan(key, gen, spec, provider, problem=Problem(c.INVALID_IGNORE, str(exc)))
+    return TargetPlan(
+        key, gen, spec, provider, folder, layout, content=content_of(spec), ignore=ignore
+    )
+
+
+def ignore_of(spec: GitTargetSpec) -> IgnoreRule:
+    """Whose changes the target drops (`spec.ignore.changesBy`); `InvalidIgnore`."""
+    if spec.ignore is None:
+        return NO_IGNORE
+    by = spec.ignore.changes_by
+    return IgnoreRule.parse(by.users, by.service_accounts, by.field_managers)
 
 
 def content_of(spec: GitTargetSpec) -> Content:
@@ -418,6 +434,7 @@ def _reject_overlaps(targets: list[TargetPlan], order: Mapping[TargetKey, tuple[
             plan.folder,
             plan.layout,
             content=plan.content,
+            ignore=plan.ignore,
             path_problem=Problem(
                 c.PATH_OVERLAP,
                 f"path {plan.folder or '.'!r} overlaps GitTarget {clash.key} "

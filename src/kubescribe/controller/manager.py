@@ -4,7 +4,6 @@ and report status."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
@@ -61,6 +60,7 @@ from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY, NoisePolicy
 from kubescribe.mirror.owned import FULL, Content
 from kubescribe.mirror.window import WindowPolicy, parse_duration
 from kubescribe.store.cursors import CursorStore, NoCursorStore
+from kubescribe.waits import wait_event, within
 
 log = structlog.get_logger(__name__)
 
@@ -111,6 +111,7 @@ class Settings:
     cache_quota: int = 0  # bytes each namespace's clones may hold in the cache (0: no quota)
     # set: a WatchRule mirrors only what this ServiceAccount of its namespace may read
     tenant_service_account: str = ""
+    shutdown_timeout: float = 8.0  # seconds from SIGTERM to released Leases (see shutdown)
 
 
 class _Cache:
@@ -253,38 +254,63 @@ class Manager:
                     metrics.RECONCILE_ERRORS.labels("crashed").inc()
                     log.exception("reconcile.crashed", attempt=crashes)
                     await asyncio.sleep(min(_CRASH_BACKOFF_MAX, 0.5 * 2 ** min(crashes, 8)))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._poke.wait(), timeout=10)
+                await wait_event(self._poke, 10)
                 self._poke.clear()
                 await asyncio.sleep(0.05)  # coalesce bursts of object events
         finally:
             await self.shutdown()
 
     async def shutdown(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for running in self._streams.values():
-            running.task.cancel()
+        """Stop within `settings.shutdown_timeout`: stop watching, let every writer write and
+        push what it holds (hand-overs under way included), save the cursors, and release the
+        Leases last, whatever the steps before did. What a step could not finish in its share
+        of the time is not acknowledged: nothing is lost, the next owner replays it."""
+        started = time.monotonic()
+        deadline = started + self.settings.shutdown_timeout
+        # Kept for the cursors and the Leases, so a slow push cannot cost the release.
+        reserve = min(2.0, self.settings.shutdown_timeout / 4)
+        handovers = [t for t in self._stopping.values() if not t.done()]
+        watching = [t for t in self._tasks if t not in handovers]
+        watching += [running.task for running in self._streams.values()]
         self._streams.clear()
-        await asyncio.gather(
-            *(w.stop(timeout=20) for w in self._workers.values()), return_exceptions=True
-        )
+        for task in watching:
+            task.cancel()
+        if watching:  # the Lease loop must be over before its Leases are released
+            await asyncio.wait(watching, timeout=max(0.1, deadline - reserve - time.monotonic()))
+        workers = list(self._workers.values())
         self._workers.clear()
-        await self._cursors.flush()
+        flush_by = deadline - reserve
+        stops = [w.stop(timeout=max(0.0, flush_by - time.monotonic())) for w in workers]
+        flushed = await within(
+            asyncio.gather(*stops, *handovers, return_exceptions=True),
+            flush_by - time.monotonic(),
+        )
+        saved = await self._cursors.flush(
+            timeout=max(0.1, deadline - reserve / 2 - time.monotonic())
+        )
         if self._cursor_task is not None:
             self._cursor_task.cancel()
-        if self._shards is not None:
-            await self._shards.stop()  # the others take the writers over at once
+        await self.release_leases(max(0.5, deadline - time.monotonic()))
         self._providers.close()
         await self._clusters.close()
+        log.info(
+            "operator.shutdown",
+            seconds=round(time.monotonic() - started, 3),
+            writers=len(workers) + len(handovers),
+            flushed=flushed,
+            cursors_saved=saved,
+        )
+
+    async def release_leases(self, timeout: float) -> None:
+        """Release every writer Lease and leave the membership (also the last resort of a
+        shutdown that overran: see kubescribe.stopping)."""
+        if self._shards is not None and not await within(self._shards.stop(), timeout):
+            log.warning("operator.leases_not_released", reason="the API server did not answer")
 
     # -- discovery -------------------------------------------------------------------------
     async def _discovery_loop(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._discovery_poke.wait(), self.settings.discovery_interval
-                )
+            await wait_event(self._discovery_poke, self.settings.discovery_interval)
             self._discovery_poke.clear()
             await asyncio.sleep(0.5)  # a CRD is served a moment after it is created
             try:
@@ -478,6 +504,7 @@ class Manager:
             infer_authors=target.provider.spec.attribution.infer_from_managed_fields,
             kustomize=self._kustomize_config(target),
             base_branch=target.spec.base_branch,
+            ignore=target.ignore,
         )
 
     def _kustomize_config(self, target: TargetPlan) -> KustomizeConfig | None:

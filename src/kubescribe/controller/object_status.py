@@ -108,17 +108,29 @@ def target_status(t: TargetPlan, facts: TargetFacts) -> tuple[list[Cond], dict[s
 def attribution_condition(
     t: TargetPlan, sources: Sequence[str], unresolved_streak: int
 ) -> Cond | None:
-    """`AuthorsAttributed` of a target whose provider attributes authors (else None)."""
+    """`AuthorsAttributed` of a target whose provider attributes authors, or that ignores
+    changes by user or service account (else None)."""
     spec = t.provider.spec if t.provider is not None else None
-    if spec is None or AttributionMode(spec.attribution.mode) is not AttributionMode.ATTRIBUTED:
+    if spec is None:
+        return None
+    attributed = AttributionMode(spec.attribution.mode) is AttributionMode.ATTRIBUTED
+    if not attributed and not t.ignore.needs_author:
         return None
     if not sources:
         return Cond(
             c.AUTHORS_ATTRIBUTED,
             "False",
             c.NO_ATTRIBUTION_SOURCE,
-            "attributed-author is set, but the operator has no audit receiver, change "
-            "webhook or Redis: every change gets the unresolved author",
+            (
+                "attributed-author is set, but the operator has no audit receiver, change "
+                "webhook or Redis: every change gets the unresolved author"
+            )
+            if attributed
+            else (
+                "spec.ignore.changesBy names users or service accounts, but the operator has "
+                "no audit receiver, change webhook or Redis: no change is dropped by its user, "
+                "all are recorded"
+            ),
         )
     if unresolved_streak >= UNRESOLVED_ALARM:
         return Cond(

@@ -37,6 +37,7 @@ from kubescribe.controller.sharding import (
 )
 from kubescribe.kube.client import ApiError
 from kubescribe.kube.leases import LeaseClient, LeaseConflict
+from kubescribe.waits import wait_event
 
 log = structlog.get_logger(__name__)
 
@@ -101,8 +102,7 @@ class Shards:
             except (ApiError, OSError, TimeoutError) as exc:
                 log.warning("shards.tick_failed", error=str(exc) or type(exc).__name__)
                 self._expire_unrenewed()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.renew_every)
+            await wait_event(self._wake, self.renew_every)
             self._wake.clear()
 
     async def tick(self) -> None:

@@ -19,6 +19,7 @@ from kubescribe.git.index import Entry, TargetIndex, folder_tree
 from kubescribe.git.intake import (
     Group,
     RequestHandle,
+    Skipped,
 )
 from kubescribe.git.lookup_names import lookup_name
 from kubescribe.git.sandbox import UnsafeTree, export_tree, run_confined, scratch
@@ -273,6 +274,8 @@ class Build:
         return tree
 
     def apply(self, item: Item) -> None:
+        if isinstance(item, Skipped):
+            return  # a dropped change (spec.ignore): only its cursor rides along
         config = self.targets.get(item.target)
         if config is None:
             if item.target not in self.unknown:

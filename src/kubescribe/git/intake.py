@@ -14,6 +14,11 @@ request collects, `fire` sends a marker through the same FIFO, so it closes the 
 after every change submitted before it, and the handle's future resolves once the commit is
 pushed (or there was nothing to commit, or the target cannot be written).
 
+A change dropped by the target's `spec.ignore` (`kubescribe.mirror.ignore`) is not
+committed; its cursor still has to be acknowledged, and only after every change of the target
+before it. It rides with the target's open window (`Windows.carry`), or, when none is open,
+goes to the commit queue as a `Skipped` item, in order.
+
 Everything here runs on the event loop.
 """
 
@@ -42,6 +47,7 @@ from kubescribe.mirror.authors import (
 )
 from kubescribe.mirror.changes import Change, Cursor, Snapshot, TargetKey
 from kubescribe.mirror.digest import content_digest
+from kubescribe.mirror.ignore import NO_IGNORE, IgnoredBy, IgnoreRule
 from kubescribe.mirror.window import Closed, CloseReason, Hold, WindowPolicy, Windows
 
 log = structlog.get_logger(__name__)
@@ -63,6 +69,9 @@ class WindowSettings(Protocol):
 
     @property
     def infer_authors(self) -> bool: ...
+
+    @property
+    def ignore(self) -> IgnoreRule: ...
 
 
 @dataclass(frozen=True)
@@ -123,6 +132,7 @@ class Group:
     reason: CloseReason
     message: str | None = None
     request: RequestHandle | None = None
+    carried: tuple[Cursor, ...] = ()  # of changes dropped while the window was open
 
     @property
     def cursor(self) -> None:
@@ -135,7 +145,17 @@ class Group:
 
     @property
     def cursors(self) -> list[Cursor]:
-        return [c.cursor for c in self.changes if c.cursor is not None]
+        return [c.cursor for c in self.changes if c.cursor is not None] + list(self.carried)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A change the target's `spec.ignore` dropped: nothing to write, a cursor to acknowledge
+    after the items before it."""
+
+    target: TargetKey
+    cursor: Cursor
+    observed_at: float
 
 
 @dataclass(frozen=True)
@@ -166,7 +186,7 @@ class Intake:
         branch: str,
         committer: Author,
         settings: Callable[[TargetKey], WindowSettings | None],
-        emit: Callable[[Change | Snapshot | Group], None],
+        emit: Callable[[Change | Snapshot | Group | Skipped], None],
         wake: Callable[[], None],
         resolver: AuthorResolver | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -206,7 +226,12 @@ class Intake:
         if self.resolver is None or change.author is not None or self._stopped:
             return None
         settings = self._settings(change.target)
-        if settings is None or settings.attribution is not AttributionMode.ATTRIBUTED:
+        if settings is None:
+            return None
+        if settings.ignore.ignores(change.field_manager, "") is not None:
+            return None  # dropped whoever made it
+        attributed = settings.attribution is AttributionMode.ATTRIBUTED
+        if not attributed and not settings.ignore.needs_author:
             return None
         return asyncio.get_running_loop().create_task(self._resolve(self.resolver, change))
 
@@ -255,6 +280,10 @@ class Intake:
 
     def _change(self, change: Change, resolved: Author | None, now: float) -> None:
         settings = self._settings(change.target)
+        by = _ignored_by(change, resolved, settings.ignore if settings else NO_IGNORE)
+        if by is not None:
+            self._skip(change, by)
+            return
         if settings is None or settings.attribution is not AttributionMode.ATTRIBUTED:
             author, key = None, self.committer  # configured-author: always the committer
         else:
@@ -275,6 +304,18 @@ class Intake:
             metrics.WINDOWS_OPENED.inc()
             self._wake()  # a new deadline
 
+    def _skip(self, change: Change, by: IgnoredBy) -> None:
+        metrics.CHANGES_IGNORED.labels(change.target.namespace, str(by)).inc()
+        log.debug(
+            "intake.change_ignored",
+            target=str(change.target),
+            kind=change.identity.kind,
+            name=change.identity.name,
+            by=str(by),
+        )
+        if change.cursor is not None and not self.windows.carry(change.target, change.cursor):
+            self._emit(Skipped(change.target, change.cursor, change.observed_at))
+
     def _closed(self, closed: Closed | None, handle: RequestHandle | None = None) -> None:
         if closed is None:
             return
@@ -288,6 +329,7 @@ class Intake:
                 closed.reason,
                 handle.message if handle is not None else None,
                 handle,
+                closed.carried,
             )
         )
 
@@ -428,3 +470,16 @@ def _result(task: asyncio.Task[Author | None] | None) -> Author | None:
     if task is None or not task.done() or task.cancelled():
         return None
     return task.result()
+
+
+def _ignored_by(change: Change, resolved: Author | None, rule: IgnoreRule) -> IgnoredBy | None:
+    """Which list of `rule` drops the change; None records it (also when the rule needs an
+    author and none is known: counted, never guessed)."""
+    if not rule:
+        return None
+    known = change.author or resolved
+    user = known.user if known is not None else ""
+    by = rule.ignores(change.field_manager, user)
+    if by is None and rule.needs_author and not user:
+        metrics.IGNORE_UNATTRIBUTED.labels(change.target.namespace).inc()
+    return by

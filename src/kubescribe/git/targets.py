@@ -7,18 +7,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from kubescribe.git.intake import (
-    Group,
-)
+from kubescribe.git.intake import Group, Skipped
 from kubescribe.mirror import messages
 from kubescribe.mirror.authors import AttributionMode
 from kubescribe.mirror.changes import Change, PruneMode, Snapshot, TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
+from kubescribe.mirror.ignore import NO_IGNORE, IgnoreRule
 from kubescribe.mirror.layout import Layout, normalize_target_path
 from kubescribe.mirror.window import WindowPolicy
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
 
-Item = Change | Snapshot | Group
+Item = Change | Snapshot | Group | Skipped
 Refusal = tuple[Identity, str, str]
 """(identity, reason, message) of a document that was not written."""
 
@@ -131,6 +130,7 @@ class TargetConfig:
     infer_authors: bool = False  # attributed-author: the field manager when nothing else names one
     kustomize: KustomizeConfig | None = None
     base_branch: str | None = None  # where a branch missing on the remote starts
+    ignore: IgnoreRule = NO_IGNORE  # changes dropped by who made them (spec.ignore)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "folder", normalize_target_path(self.folder))

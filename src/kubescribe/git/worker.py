@@ -14,7 +14,6 @@ the push that carries their item succeeded.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 from collections import deque
@@ -34,6 +33,7 @@ from kubescribe.git.intake import (
     Intake,
     RequestHandle,
     RequestOutcome,
+    Skipped,
 )
 from kubescribe.git.repo import (
     CallbacksFactory,
@@ -58,6 +58,7 @@ from kubescribe.mirror.authors import Author, AuthorResolver
 from kubescribe.mirror.changes import Change, Cursor, TargetKey
 from kubescribe.mirror.layout import paths_overlap
 from kubescribe.net.urls import normalize
+from kubescribe.waits import wait_event, within
 
 log = structlog.get_logger(__name__)
 
@@ -160,8 +161,8 @@ class BranchWorker:
         """Queue an item (FIFO); never blocks (a producer awaits `room` after it)."""
         if self._stopping and (self._task is None or self._task.done()):
             raise RuntimeError("branch worker is stopped")
-        if isinstance(item, Group):
-            raise TypeError("groups are made by the commit window, not submitted")
+        if isinstance(item, Group | Skipped):
+            raise TypeError("groups and skips are made by the intake, not submitted")
         self._intake.enter(item)  # author and window rules; then `_enqueue`
 
     def _enqueue(self, item: Item) -> None:
@@ -224,14 +225,10 @@ class BranchWorker:
         self._retry_now.set()
         flushed = self.pending == 0
         if self._task is not None and not self._task.done():
-            try:
-                await asyncio.wait_for(asyncio.shield(self._task), timeout)
-                flushed = True
-            except TimeoutError:
-                flushed = False
+            flushed = await within(asyncio.shield(self._task), timeout)
+            if not flushed:
                 self._task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._task
+                await asyncio.wait({self._task})  # not `await task`: keep our own cancellation
         for item in [*self._unpushed, *self._queue]:  # requests this worker can no longer end
             if isinstance(item, Group) and item.request is not None:
                 item.request.finish(
@@ -262,6 +259,9 @@ class BranchWorker:
                 continue
             batch = self._unpushed = [*self._unpushed, *self._queue]
             self._queue.clear()
+            if not self._upkeep_due and all(isinstance(i, Skipped) for i in batch):
+                self._skipped(batch)  # nothing to write: no fetch, no push
+                continue
             targets = dict(self._targets)
             self._upkeep_due = False
             try:
@@ -274,9 +274,8 @@ class BranchWorker:
                 self._failed(batch, targets, exc)
                 delay = min(_retry_cap(exc), RETRY_INITIAL * 2 ** min(failures - 1, 10))
                 delay *= random.uniform(0.8, 1.0)
-                with contextlib.suppress(TimeoutError):
-                    # stop() asks for one attempt now instead of at the end of the wait.
-                    await asyncio.wait_for(self._retry_now.wait(), delay)
+                # stop() asks for one attempt now instead of at the end of the wait.
+                await wait_event(self._retry_now, delay)
                 self._retry_now.clear()
                 continue
             failures = 0
@@ -292,8 +291,7 @@ class BranchWorker:
         if deadline is None:
             await self._wake.wait()
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), max(0.0, deadline - self._clock()))
+        await wait_event(self._wake, deadline - self._clock())
 
     def _succeeded(self, batch: list[Item], outcome: Outcome) -> None:
         targets = {item.target for item in batch if item.target not in outcome.unknown}
@@ -350,6 +348,18 @@ class BranchWorker:
                 )
             )
         if cursors and self._on_pushed is not None:
+            try:
+                self._on_pushed(cursors)
+            except Exception:  # a callback must not stop the writer
+                self._log.exception("worker.on_pushed_failed")
+
+    def _skipped(self, batch: list[Item]) -> None:
+        """Acknowledge dropped changes (`spec.ignore`) at once: everything queued before
+        them was pushed already (a failed batch would be part of this one)."""
+        self._unpushed = []
+        self._depth_changed()
+        cursors = [item.cursor for item in batch if isinstance(item, Skipped)]
+        if self._on_pushed is not None:
             try:
                 self._on_pushed(cursors)
             except Exception:  # a callback must not stop the writer

@@ -12,11 +12,14 @@ from typing import Protocol
 @dataclass(frozen=True, order=True)
 class Author:
     """A commit author. `source` says what named them (`audit`, `admission`, `inferred from
-    managedFields`); it is written as a commit trailer and plays no part in equality."""
+    managedFields`); it is written as a commit trailer and plays no part in equality. `user`
+    is the Kubernetes username behind an attributed author (`spec.ignore.changesBy` matches
+    it); it is never written and plays no part in equality either."""
 
     name: str
     email: str
     source: str = field(default="", compare=False)
+    user: str = field(default="", compare=False)
 
 
 class AttributionMode(enum.StrEnum):

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field
 
 from kubescribe.mirror.authors import Author
-from kubescribe.mirror.changes import Change, TargetKey
+from kubescribe.mirror.changes import Change, Cursor, TargetKey
 
 DEFAULT_MAX_CHANGES = 500
 MIN_MAX_OPEN = 60.0
@@ -76,13 +76,15 @@ class WindowPolicy:
 
 @dataclass
 class Window:
-    """An open window: the changes of one author to one target, oldest first."""
+    """An open window: the changes of one author to one target, oldest first, and the
+    cursors of dropped changes that arrived while it was open (`carried`)."""
 
     target: TargetKey
     author: Author
     opened_at: float
     last_at: float
     changes: list[Change] = field(default_factory=list)
+    carried: list[Cursor] = field(default_factory=list)
 
     def deadline(self, policy: WindowPolicy) -> float:
         """When the window closes unless a change, a hold or a request comes first."""
@@ -91,7 +93,8 @@ class Window:
 
 @dataclass(frozen=True)
 class Closed:
-    """A closed window: its changes become one commit."""
+    """A closed window: its changes become one commit; the `carried` cursors are
+    acknowledged with it."""
 
     target: TargetKey
     author: Author
@@ -99,6 +102,7 @@ class Closed:
     reason: CloseReason
     opened_at: float
     closed_at: float
+    carried: tuple[Cursor, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -179,6 +183,16 @@ class Windows:
             closed.append(self._close(window, CloseReason.SIZE, now))
         return Admitted(alone=False, opened=opened, closed=tuple(closed))
 
+    def carry(self, target: TargetKey, cursor: Cursor) -> bool:
+        """Keep the cursor of a dropped change (`spec.ignore`) with the target's open window,
+        so it is acknowledged only with the changes before it; its timers are untouched.
+        False when no window is open."""
+        window = self._open.get(target)
+        if window is None:
+            return False
+        window.carried.append(cursor)
+        return True
+
     def due(self, policies: dict[TargetKey, WindowPolicy], now: float) -> list[Closed]:
         """Close the windows whose silence (or age) deadline passed; held ones stay open."""
         closed = []
@@ -229,4 +243,5 @@ class Windows:
             reason,
             window.opened_at,
             now,
+            tuple(window.carried),
         )

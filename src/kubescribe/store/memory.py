@@ -10,12 +10,12 @@ on a route wake when it gets new records.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 
 from kubescribe import metrics
+from kubescribe.waits import wait_event
 
 Record = Mapping[str, str]
 
@@ -96,10 +96,7 @@ class MemoryFactStore:
             event = self._events[route] = asyncio.Event()
         if timeout <= 0:
             return False
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout)
-            return True
-        return False
+        return await wait_event(event, timeout)
 
     async def close(self) -> None:
         """Nothing to release (the protocol's backends share a lifecycle)."""

@@ -19,7 +19,6 @@ entry someone else wrote into Redis, or copied from another stream, is ignored a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +32,7 @@ from kubescribe import metrics
 from kubescribe.store.memory import MemoryFactStore
 from kubescribe.store.redis_client import connect
 from kubescribe.store.redis_options import EntrySigner, RedisOptions
+from kubescribe.waits import wait_event
 
 log = structlog.get_logger(__name__)
 
@@ -142,8 +142,7 @@ class RedisFactStore:
             except (RedisError, OSError) as exc:
                 metrics.FACT_STORE_ERRORS.labels("read").inc()
                 log.warning("facts.redis_read_failed", error=str(exc), retry_in=backoff)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), backoff)
+                await wait_event(self._stopping, backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
             backoff = 0.2

@@ -1,0 +1,110 @@
+"""The bounded stop: first signal cancels, second exits at once, an overrun still releases."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+
+import pytest
+
+from kubescribe.stopping import EXIT_OVERRAN, Stopper
+
+
+class _Exit:
+    def __init__(self) -> None:
+        self.codes: list[int] = []
+        self.called = threading.Event()
+
+    def __call__(self, code: int) -> None:
+        self.codes.append(code)
+        self.called.set()
+
+
+async def test_the_first_signal_stops_the_operator_which_cleans_up() -> None:
+    cleaned = asyncio.Event()
+
+    async def operator() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            cleaned.set()
+
+    exits = _Exit()
+    stopper = Stopper(5, margin=60, exit=exits)
+    run = asyncio.create_task(stopper.run(operator()))
+    await asyncio.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGTERM)  # the real signal, through the loop's handler
+    await asyncio.wait({run}, timeout=5)
+    assert run.done() and run.exception() is None
+    assert cleaned.is_set()
+    assert exits.codes == []  # a clean stop needs no exit of the watchdog's
+
+
+async def test_a_second_signal_exits_at_once() -> None:
+    exits = _Exit()
+    stopper = Stopper(60, margin=60, exit=exits)
+
+    async def stubborn() -> None:  # a shutdown that takes its time
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            await asyncio.sleep(0.5)
+
+    run = asyncio.create_task(stopper.run(stubborn()))
+    await asyncio.sleep(0.05)
+    stopper.signalled(signal.SIGTERM)
+    await asyncio.sleep(0.05)
+    stopper.signalled(signal.SIGINT)
+    assert exits.codes == [128 + signal.SIGINT]
+    await asyncio.wait({run}, timeout=5)
+
+
+async def test_an_overrun_releases_the_leases_then_exits() -> None:
+    released: list[float] = []
+
+    async def release(timeout: float) -> None:
+        released.append(timeout)
+
+    async def deaf() -> None:  # ignores its first cancellation (the bug this guards against)
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            await asyncio.sleep(3600)
+
+    exits = _Exit()
+    stopper = Stopper(0.2, margin=0.1, exit=exits)
+    stopper.release_leases_with(release)
+    run = asyncio.create_task(stopper.run(deaf()))
+    await asyncio.sleep(0.05)
+    stopper.signalled(signal.SIGTERM)
+    loop = asyncio.get_running_loop()
+    assert await loop.run_in_executor(None, exits.called.wait, 10)
+    assert exits.codes == [EXIT_OVERRAN]
+    assert released == [1.0]
+    run.cancel()
+
+
+async def test_a_process_held_by_a_thread_after_a_clean_stop_exits_zero() -> None:
+    exits = _Exit()
+    stopper = Stopper(0.1, margin=0.1, exit=exits)
+
+    async def quick() -> None:
+        await asyncio.sleep(3600)
+
+    run = asyncio.create_task(stopper.run(quick()))
+    await asyncio.sleep(0.05)
+    stopper.signalled(signal.SIGTERM)
+    await asyncio.wait({run}, timeout=5)
+    loop = asyncio.get_running_loop()
+    assert await loop.run_in_executor(None, exits.called.wait, 10)
+    assert exits.codes == [0]
+
+
+async def test_an_error_of_the_operator_is_raised_not_taken_for_a_stop() -> None:
+    async def broken() -> None:
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        await Stopper(5, exit=_Exit()).run(broken())
