@@ -65,7 +65,9 @@ class Recorded:
         *,
         replace: bool,
     ) -> None:
-        self.saves.append((stream, fingerprint, resource_version, set(added), set(removed), replace))
+        self.saves.append(
+            (stream, fingerprint, resource_version, set(added), set(removed), replace)
+        )
 
     async def close(self) -> None:
         return None
