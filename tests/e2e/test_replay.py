@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import redis.asyncio as aioredis
 
 from kubescribe.controller.desired import WorkerKey
 from kubescribe.controller.sharding import rendezvous_owner
@@ -36,6 +37,7 @@ class Cursors:
     def __init__(self, redis: RedisServer, prefix: str, stream: str) -> None:
         self.options = RedisOptions(redis.url, DEV_HMAC_KEY.encode(), key_prefix=prefix)
         self.stream = stream
+        self.record = f"{prefix}streams:cursor:{stream}"
 
     def load(self) -> StreamCursor | None:
         return asyncio.run(self._load())
@@ -43,22 +45,26 @@ class Cursors:
     def restore(self, cursor: StreamCursor) -> None:
         asyncio.run(self._restore(cursor))
 
-    async def _fingerprint(self, store: RedisCursorStore) -> str:
-        """The stream's configuration fingerprint, as the operator saved it."""
-        record = await store._client.hgetall(f"{store.prefix}cursor:{self.stream}")
-        return str(record.get("fingerprint") or "")
+    async def _fingerprint(self) -> str:
+        """The stream's configuration fingerprint, as the operator saved it (a plain field)."""
+        client = aioredis.Redis.from_url(self.options.url, decode_responses=True)
+        try:
+            return str(await client.hget(self.record, "fingerprint") or "")
+        finally:
+            await client.aclose()
 
     async def _load(self) -> StreamCursor | None:
+        fingerprint = await self._fingerprint()
         store = RedisCursorStore(self.options)
         try:
-            return await store.load(self.stream, await self._fingerprint(store))
+            return await store.load(self.stream, fingerprint)
         finally:
             await store.close()
 
     async def _restore(self, cursor: StreamCursor) -> None:
+        fingerprint = await self._fingerprint()
         store = RedisCursorStore(self.options)
         try:
-            fingerprint = await self._fingerprint(store)
             await store.save(
                 self.stream, fingerprint, cursor.resource_version, cursor.known, (), replace=True
             )
