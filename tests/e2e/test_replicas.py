@@ -261,6 +261,7 @@ def test_a_killed_replica_is_replaced_and_nothing_is_lost(
         assert len(runs) <= 2, f"{branch} written by {runs}"  # the owner, then its successor
 
 
+@pytest.mark.timeout(900)  # 30 restarts, each a process start and a rejoin
 def test_rolling_restarts_during_a_stream_exit_cleanly_and_echo_nothing(
     crds: ControlPlane,
     namespace: str,
