@@ -68,10 +68,11 @@ async def test_each_object_is_looked_up_once_with_the_stream_selector() -> None:
     assert await backlog.applies("DELETED", ("ns", "doomed"), "13")
     assert not await backlog.applies("MODIFIED", ("ns", "kept"), "14")  # superseded
     assert await backlog.applies("MODIFIED", ("ns", "kept"), "15")
-    lookups = api.requests[1:]
-    assert lookups == [
-        {"fieldSelector": "metadata.name=doomed,metadata.namespace=ns", "labelSelector": "shard=a"},
-        {"fieldSelector": "metadata.name=kept,metadata.namespace=ns", "labelSelector": "shard=a"},
+    since = {"resourceVersion": "100", "resourceVersionMatch": "NotOlderThan"}  # the horizon
+    assert api.requests[1:] == [
+        {"fieldSelector": f"metadata.name={name},metadata.namespace=ns", "labelSelector": "shard=a"}
+        | since
+        for name in ("doomed", "kept")
     ]
     assert (backlog.applied, backlog.stale, backlog.lookups, backlog.listed) == (2, 2, 2, False)
 
@@ -88,6 +89,8 @@ async def test_a_backlog_of_many_objects_is_checked_against_one_list(monkeypatch
     listed = [r for r in api.requests if "fieldSelector" not in r and r != {"limit": "1"}]
     assert len(api.requests) == 1 + 3 + len(listed)
     assert [r.get("continue") for r in listed] == [None, "4", "8"]
+    # The first page as of the horizon or later; the next ones follow its continue token.
+    assert [r.get("resourceVersionMatch") for r in listed] == ["NotOlderThan", None, None]
     assert backlog.listed
 
 
