@@ -5,8 +5,9 @@ The horizon is the resourceVersion of a one-item LIST made before the watch open
 read, so every event the watch delivers up to it happened before the states read afterwards.
 An object's current state is read once per backlog, with a LIST of the stream's collection
 filtered to its name and the stream's label selector (an object outside the selector is absent,
-and the stream's own `list` permission is all it takes), as of the horizon or later. Past `LOOKUPS` objects, one paginated
-LIST reads every state at once: a large backlog costs one list, not a request per object.
+and the stream's own `list` permission is all it takes), as of the horizon or later. Past
+`LOOKUPS` objects, one paginated LIST reads every state at once: a large backlog costs one
+list, not a request per object.
 """
 
 from __future__ import annotations
