@@ -58,6 +58,20 @@ WATCH_RESTARTS = Counter(
 RELISTS = Counter(
     "kubescribe_relists_total", "Full re-lists after 410 Gone.", ["gvr"], registry=REGISTRY
 )
+BACKLOG_EVENTS = Counter(
+    "kubescribe_resume_backlog_events_total",
+    "Events a watch resumed from a saved cursor replayed up to its horizon, by result (applied:"
+    " still the object's current state; stale: superseded, skipped so no commit echoes history).",
+    ["gvr", "result"],
+    registry=REGISTRY,
+)
+BACKLOG_LOOKUPS = Counter(
+    "kubescribe_resume_backlog_lookups_total",
+    "Reads of current states to check a resumed watch's backlog, by kind (object: a LIST of"
+    " one name; list: the whole collection, once a backlog names many objects).",
+    ["gvr", "kind"],
+    registry=REGISTRY,
+)
 STREAMS = Gauge("kubescribe_watch_streams", "Watch streams running.", registry=REGISTRY)
 COMMITS = Counter(
     "kubescribe_commits_total",

@@ -21,6 +21,7 @@ from kubescribe.git.tree import edit_tree
 from kubescribe.mirror.changes import Operation, PruneMode, TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.layout import Layout
+from kubescribe.mirror.window import WindowPolicy
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
 from tests.builders import (
     COMMITTER,
@@ -96,6 +97,24 @@ async def test_noop_makes_no_commit(remote: BareRemote, make: Callable[..., Work
     assert len(remote.log()) == commits
     assert h.last().ok
     assert h.last().message == "Up to date"
+
+
+@pytest.mark.parametrize("window", [0.0, 1.0], ids=["alone", "windowed"])
+async def test_a_replay_by_another_replica_of_what_git_holds_makes_no_commit(
+    remote: BareRemote, make: Callable[..., WorkerHarness], window: float
+) -> None:
+    first = make()
+    await first.settle(upsert("kept", k="1"), upsert("gone", k="1"))
+    await first.settle(upsert("kept", op=Operation.UPDATE, k="2"), delete("gone"))
+    await first.worker.stop(timeout=5)
+    tip = remote.tip()
+    # The current state of each object, replayed by a new owner with a fresh cache: the
+    # content Git holds for a live object, a delete of a file Git no longer holds.
+    second = make(target(window=WindowPolicy(window)), cache="fresh-cache")
+    await second.settle(upsert("kept", op=Operation.UPDATE, k="2"), delete("gone"))
+    assert remote.tip() == tip
+    assert second.last().ok
+    assert second.last().message == "Up to date"
 
 
 @pytest.mark.parametrize(

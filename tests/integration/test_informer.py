@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -12,6 +13,7 @@ import pytest
 
 from kubescribe import metrics
 from kubescribe.devenv.controlplane import ControlPlane
+from kubescribe.kube import backlog
 from kubescribe.kube.client import KubeClient
 from kubescribe.kube.informer import Informer, ObjectKey, as_is
 from kubescribe.mirror.identity import ResourceType
@@ -118,6 +120,94 @@ async def test_gone_relists_and_reports_deletes_missed_in_the_gap(tmp_path: Path
         assert deleted == {("gap", "vanishes")}
         assert ("gap", "stays") in objects
         assert {("gap", f"churn-{i}") for i in range(5)} <= objects
+
+
+class Replay(Recorder):
+    """Also records the backlog events the informer found stale."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stale: list[tuple[str, str]] = []
+
+    async def on_stale(self, event_type: str, obj: dict[str, Any], rv: str) -> None:
+        self.stale.append((event_type, obj["metadata"]["name"]))
+
+
+def backlog_events(result: str) -> float:
+    return float(metrics.BACKLOG_EVENTS.labels(CM.gvr, result)._value.get())
+
+
+@pytest.mark.parametrize("lookups", [64, 2], ids=["by-object", "by-list"])
+async def test_a_resumed_watch_delivers_of_its_backlog_only_current_states(
+    controlplane: ControlPlane, namespace: str, lookups: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(backlog, "LOOKUPS", lookups)
+    cp, ns = controlplane, namespace
+
+    def kubectl(*args: str) -> None:
+        cp.kubectl(*args, "-n", ns)
+
+    for name in ("a", "b", "c", "e"):
+        kubectl("create", "configmap", name, "--from-literal=v=1")
+        kubectl("label", "configmap", name, "app=x")
+    listed = cp.kubectl("get", "--raw", f"/api/v1/namespaces/{ns}/configmaps?limit=1").stdout
+    cursor = str(json.loads(listed)["metadata"]["resourceVersion"])
+    # What happened after the cursor, in order; the informer resumes from it afterwards.
+    kubectl("patch", "configmap", "a", "-p", '{"data":{"v":"2"}}')
+    kubectl("delete", "configmap", "a")
+    kubectl("patch", "configmap", "b", "-p", '{"data":{"v":"2"}}')
+    kubectl("patch", "configmap", "b", "-p", '{"data":{"v":"3"}}')
+    kubectl("delete", "configmap", "c")
+    kubectl("create", "configmap", "c", "--from-literal=v=4")
+    kubectl("label", "configmap", "c", "app=x")
+    kubectl("create", "configmap", "d", "--from-literal=v=1")
+    kubectl("label", "configmap", "d", "app=x")
+    kubectl("delete", "configmap", "d")
+    kubectl("label", "configmap", "e", "app=y", "--overwrite")  # leaves the selection
+    kubectl("patch", "configmap", "e", "-p", '{"data":{"v":"2"}}')  # outside it: no event
+    stale_before, applied_before = backlog_events("stale"), backlog_events("applied")
+
+    client = await KubeClient.connect(cp.kubeconfig)
+    rec = Replay()
+    informer = Informer(
+        client,
+        CM,
+        rec,
+        prepare=as_is,
+        namespace=ns,
+        label_selector="app=x",
+        resume_from=cursor,
+        known=[(ns, n) for n in ("a", "b", "c", "e")],
+        on_stale=rec.on_stale,
+    )
+    task = asyncio.create_task(informer.run())
+    try:
+        await rec.until(lambda: ("DELETED", "e") in rec.events)
+        await asyncio.to_thread(kubectl, "create", "configmap", "live", "--from-literal=v=1")
+        await asyncio.to_thread(kubectl, "label", "configmap", "live", "app=x")
+        await rec.until(lambda: ("ADDED", "live") in rec.events)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await client.close()
+    assert rec.events == [
+        ("DELETED", "a"),
+        ("MODIFIED", "b"),  # v3: its current state
+        ("ADDED", "c"),  # created again (it enters the selection when labelled)
+        ("DELETED", "d"),
+        ("DELETED", "e"),  # out of the selection is absent for this stream
+        ("ADDED", "live"),  # past the horizon: live, applied as it comes
+    ]
+    assert rec.stale == [
+        ("MODIFIED", "a"),
+        ("MODIFIED", "b"),  # v2
+        ("DELETED", "c"),
+        ("ADDED", "d"),
+    ]
+    assert backlog_events("stale") - stale_before == 4
+    assert backlog_events("applied") - applied_before == 5
+    assert set(informer.known) == {(ns, "b"), (ns, "c"), (ns, "live")}
 
 
 async def test_forbidden_is_reported_and_clears_once_granted(

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from kubescribe.controller.cursors import Save, StreamJournal
+import asyncio
+from collections.abc import Iterable
+
+from kubescribe.controller.cursors import CursorKeeper, Save, StreamJournal
+from kubescribe.mirror.changes import Cursor
+from kubescribe.store.cursors import ObjectKey, StreamCursor
 
 
 def test_an_ack_folds_only_the_events_up_to_the_pushed_version() -> None:
@@ -39,3 +44,62 @@ def test_saves_merge_in_order() -> None:
     )
     replaced = merged.then(Save("9", replace=True, added={("ns", "z")}))
     assert (replaced.replace, replaced.added, replaced.removed) == (True, {("ns", "z")}, set())
+
+
+class Recorded:
+    """A cursor store that keeps every save in memory."""
+
+    def __init__(self) -> None:
+        self.saves: list[tuple[str, str, str, set[ObjectKey], set[ObjectKey], bool]] = []
+
+    async def load(self, stream: str, fingerprint: str) -> StreamCursor | None:
+        return None
+
+    async def save(
+        self,
+        stream: str,
+        fingerprint: str,
+        resource_version: str,
+        added: Iterable[ObjectKey],
+        removed: Iterable[ObjectKey],
+        *,
+        replace: bool,
+    ) -> None:
+        self.saves.append(
+            (stream, fingerprint, resource_version, set(added), set(removed), replace)
+        )
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_stream_stopped_for_a_hand_over_still_saves_what_the_last_push_wrote() -> None:
+    # A hand-over stops the streams of a writer before its worker's last push is acknowledged:
+    # the cursor of that push must still be saved, or the new owner replays it.
+    store = Recorded()
+    keeper = CursorKeeper(store)
+    saver = asyncio.create_task(keeper.run())
+    try:
+        journal = keeper.journal("s", "fp")
+        journal.event("11", ("ns", "a"), True, submitted=True)
+        journal.event("12", ("ns", "a"), False, submitted=True)
+        keeper.drop("s")
+        keeper.acked([Cursor("s", "11"), Cursor("s", "12")])
+        assert await keeper.flush(timeout=5)
+        assert store.saves == [("s", "fp", "12", set(), {("ns", "a")}, False)]
+        keeper.acked([Cursor("s", "13")])  # its journal is gone once everything was saved
+        assert await keeper.flush(timeout=5)
+        assert len(store.saves) == 1
+    finally:
+        saver.cancel()
+
+
+async def test_a_stream_stopped_with_nothing_in_flight_is_forgotten_at_once() -> None:
+    store = Recorded()
+    keeper = CursorKeeper(store)
+    journal = keeper.journal("s", "fp")
+    journal.event("11", ("ns", "a"), True, submitted=False)
+    keeper.drop("s")
+    keeper.acked_at_once("s", "11")
+    assert await keeper.flush(timeout=1)
+    assert store.saves == []

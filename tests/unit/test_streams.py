@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubescribe import metrics
+from kubescribe.controller.cursors import StreamJournal
 from kubescribe.controller.streams import Initial, StreamSpec, TargetStream, merge_operations
 from kubescribe.mirror.changes import Change, Operation, PackedDocuments, Snapshot, TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
@@ -246,3 +247,28 @@ async def test_a_managed_fields_entry_dated_in_the_future_does_not_pin_the_infer
     obj["metadata"]["managedFields"][1]["time"] = "2027-01-15T08:00:01Z"
     await stream.on_event("MODIFIED", obj, "9")
     assert [c.field_manager for c in out if isinstance(c, Change)] == ["kubectl-edit", "pinned"]
+
+
+async def test_a_stale_replayed_event_submits_nothing_and_moves_the_cursor_past_it() -> None:
+    out: list[Change | Snapshot] = []
+    acks: list[tuple[str, str]] = []
+    spec = StreamSpec(TARGET, CM, "ns", (None,), frozenset(Operation))
+    journal = StreamJournal(spec.key, "fp")
+    stream = TargetStream(
+        spec,
+        DEFAULT_NOISE_POLICY,
+        out.append,
+        lambda: 1.0,
+        journal=journal,
+        ack_now=lambda key, rv: acks.append((key, rv)),
+    )
+    await stream.on_stale("MODIFIED", cm("doomed"), "11")
+    assert out == []
+    assert acks == [(spec.key, "11")]  # nothing of the stream waits: acknowledged at once
+    await stream.on_event("MODIFIED", cm("kept"), "12")
+    await stream.on_stale("DELETED", cm("recreated"), "13")
+    assert len(out) == 1
+    assert acks == [(spec.key, "11")]  # not ahead of the change still waiting in the worker
+    save = journal.ack("12", 1)
+    assert save is not None
+    assert save.added == {("ns", "doomed"), ("ns", "kept")}

@@ -5,6 +5,10 @@ last save. When the branch worker reports a push, the keys up to the pushed reso
 are folded into one save for the `CursorStore`, written off the event loop's critical path by
 `CursorKeeper.run`. A save that fails is merged with the next one and retried: only resuming is
 degraded (a re-list instead of a watch from the cursor), never the mirror itself.
+
+A stream that stops keeps its journal until what it submitted is acknowledged: a hand-over
+stops a writer's streams before its worker's last push, and that push's cursor must still be
+saved, or the new owner replays it.
 """
 
 from __future__ import annotations
@@ -68,6 +72,11 @@ class StreamJournal:
         self._snapshot = (rv, frozenset(keys))
         self._in_flight += 1
 
+    @property
+    def settled(self) -> bool:
+        """Nothing this stream submitted waits in the worker."""
+        return self._in_flight == 0
+
     def event(self, rv: str, key: ObjectKey, present: bool, *, submitted: bool) -> bool:
         """Record an event; True when it can be acknowledged at once (it was filtered out
         and nothing of this stream is waiting in the worker)."""
@@ -101,16 +110,31 @@ class CursorKeeper:
         self.store = store
         self._journals: dict[str, StreamJournal] = {}
         self._pending: dict[str, Save] = {}
+        self._stopped: set[str] = set()  # streams whose journal waits for its last acks
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
 
     def journal(self, stream: str, fingerprint: str) -> StreamJournal:
+        self._stopped.discard(stream)
         journal = self._journals[stream] = StreamJournal(stream, fingerprint)
         return journal
 
     def drop(self, stream: str) -> None:
-        self._journals.pop(stream, None)
+        """The stream stopped: its journal goes once what it submitted is acknowledged and
+        saved (at once when nothing is)."""
+        journal = self._journals.get(stream)
+        if journal is None:
+            return
+        if journal.settled and stream not in self._pending:
+            del self._journals[stream]
+        else:
+            self._stopped.add(stream)
+
+    def _forget_if_done(self, stream: str, journal: StreamJournal) -> None:
+        if stream in self._stopped and journal.settled and stream not in self._pending:
+            self._stopped.discard(stream)
+            del self._journals[stream]
 
     def acked(self, cursors: Iterable[Cursor]) -> None:
         """The worker pushed changes carrying these cursors (called on the event loop)."""
@@ -168,4 +192,5 @@ class CursorKeeper:
                     continue
                 metrics.CURSOR_SAVES.labels("ok").inc()
                 metrics.CURSOR_LAG.observe(time.monotonic() - save.since)
+                self._forget_if_done(stream, journal)
             self._idle.set()

@@ -607,6 +607,7 @@ class Manager:
                 resume_from=resume.resource_version if resume else None,
                 known=resume.known if resume else (),
                 on_access=self._poke.set,
+                on_stale=sink.on_stale,
             )
             self._streams[key] = _Running(
                 spec,

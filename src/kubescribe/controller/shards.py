@@ -218,10 +218,33 @@ class Shards:
         self._handover.discard(name)
         if lease is None:
             return
-        with contextlib.suppress(LeaseConflict, ApiError, OSError):
-            await self.leases.release(lease)
-        metrics.LEASE_TRANSITIONS.labels("released").inc()
-        log.info("lease.released", lease=name)
+        if await self._give_up(name, lease):
+            metrics.LEASE_TRANSITIONS.labels("released").inc()
+            log.info("lease.released", lease=name)
+        else:
+            log.warning("lease.release_failed", lease=name, reason="left to expire")
+
+    async def _give_up(self, name: str, lease: Mapping[str, Any]) -> bool:
+        """Release `lease`. Our copy can be stale (a renewal cancelled after the server applied
+        it): on a conflict, read the Lease again and release it while it still names us."""
+        for _ in range(3):
+            try:
+                await self.leases.release(lease)
+                return True
+            except LeaseConflict:
+                try:
+                    current = await self.leases.get(name)
+                except (ApiError, OSError):
+                    return False
+                if (
+                    current is None
+                    or current.get("spec", {}).get("holderIdentity") != self.identity
+                ):
+                    return True  # gone, or someone else's already: nothing of ours is left
+                lease = current
+            except (ApiError, OSError):
+                return False
+        return False
 
     async def stop(self) -> None:
         """Release every writer Lease and leave the membership (after the writers stopped)."""

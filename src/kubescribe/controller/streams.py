@@ -235,17 +235,25 @@ class TargetStream:
 
     async def on_event(self, event_type: str, obj: dict[str, Any], rv: str) -> None:
         change = self._change(event_type, obj, rv)
-        if self.journal is not None:
-            meta = obj.get("metadata") or {}
-            key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-            present = event_type != "DELETED"
-            acked = self.journal.event(rv, key, present, submitted=change is not None)
-            if acked and self.ack_now is not None:
-                self.ack_now(self.spec.key, rv)
+        self._journal(event_type, obj, rv, submitted=change is not None)
         if change is not None:
             self.submit(change)
             if self.room is not None:
                 await self.room()
+
+    async def on_stale(self, event_type: str, obj: dict[str, Any], rv: str) -> None:
+        """A replayed event its object has moved past (`mirror.replay`): nothing to write, but
+        the cursor moves past it like past a filtered event."""
+        self._journal(event_type, obj, rv, submitted=False)
+
+    def _journal(self, event_type: str, obj: dict[str, Any], rv: str, *, submitted: bool) -> None:
+        if self.journal is None:
+            return
+        meta = obj.get("metadata") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        present = event_type != "DELETED"
+        if self.journal.event(rv, key, present, submitted=submitted) and self.ack_now is not None:
+            self.ack_now(self.spec.key, rv)
 
     def _change(self, event_type: str, obj: dict[str, Any], rv: str) -> Change | None:
         operation = _OPERATIONS.get(event_type)

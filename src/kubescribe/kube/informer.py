@@ -8,6 +8,10 @@ requested. A type nobody changes keeps its watch silent until the server ends it
 `server_timeout` (a normal restart); only a stream silent past that plus a grace is dead (a
 hung peer; a vanished one is found sooner by TCP keepalive). On 410 Gone we re-list and
 report which objects vanished during the gap.
+
+A watch resumed from a saved cursor checks its backlog first (`kube.backlog`): an event that is
+no longer its object's current state is not delivered but handed to `on_stale`, so a replay
+never rewrites what Git has already moved past.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import random
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -23,6 +27,7 @@ import aiohttp
 import structlog
 
 from kubescribe import metrics
+from kubescribe.kube.backlog import Backlog
 from kubescribe.kube.client import ApiError, KubeClient
 from kubescribe.mirror.identity import ResourceType
 
@@ -112,10 +117,13 @@ class Informer(Generic[Prepared]):
         resume_from: str | None = None,
         known: Iterable[ObjectKey] = (),
         on_access: Callable[[], None] | None = None,
+        on_stale: Callable[[str, dict[str, Any], str], Awaitable[None]] | None = None,
     ) -> None:
         """`resume_from`: watch from this resourceVersion instead of listing, with `known`
         the objects the stream had delivered by then (a 410 re-lists and diffs with them).
-        `on_access` is called whenever `forbidden` changes."""
+        `on_access` is called whenever `forbidden` changes. `on_stale` receives the events of
+        the resumed backlog that are not delivered (see `mirror.replay`), so the sink can still
+        move its cursor past them."""
         self.client = client
         self.rtype = rtype
         self.sink = sink
@@ -131,6 +139,10 @@ class Informer(Generic[Prepared]):
         self._known: dict[ObjectKey, str] = dict.fromkeys(known, "") if self.rv else {}
         self._watch_list = True
         self._on_access = on_access
+        self._on_stale = on_stale
+        # A resumed watch's backlog: opened before its first watch, closed past its horizon.
+        self._backlog_due = self.rv is not None
+        self._backlog: Backlog | None = None
         # The API server's message while it refuses this identity list/watch (HTTP 403);
         # None once a list or watch is allowed again. Retried with backoff meanwhile.
         self.forbidden: str | None = None
@@ -198,6 +210,7 @@ class Informer(Generic[Prepared]):
         deleted = set(self._known) - set(objects)
         self._known = initial.versions
         self.rv = rv
+        self._end_backlog()
         self._set_forbidden(None)
         await self.sink.on_snapshot(objects, deleted, rv)
         self.synced.set()
@@ -233,6 +246,24 @@ class Informer(Generic[Prepared]):
             initial = _Initial()
         else:
             params["resourceVersion"] = self.rv
+            if self._backlog_due:
+                self._backlog = await Backlog.open(
+                    self.client,
+                    self.path,
+                    self.rv,
+                    gvr=self.rtype.gvr,
+                    label_selector=self.label_selector,
+                    page_size=self.page_size,
+                )
+                self._backlog_due = False
+                if self._backlog is not None:
+                    log.info(
+                        "watch.backlog",
+                        gvr=self.rtype.gvr,
+                        namespace=self.namespace,
+                        cursor=self.rv,
+                        horizon=self._backlog.horizon,
+                    )
         gvr = self.rtype.gvr
         async for event in self.client.watch(self.path, params, idle_timeout=self.idle_timeout):
             event_type = event.get("type", "")
@@ -253,15 +284,42 @@ class Informer(Generic[Prepared]):
                     initial = None
                 elif initial is None:
                     self.rv = rv
+                    if self._backlog is not None and self._backlog.reached(rv):
+                        self._end_backlog()
                 continue
             metrics.WATCH_EVENTS.labels(gvr, event_type).inc()
             key = key_of(obj)
             if initial is not None:
                 initial.add(key, rv, self.prepare(obj))
                 continue
+            stale = False
+            if self._backlog is not None:
+                if self._backlog.covers(rv):
+                    stale = not await self._backlog.applies(event_type, key, rv)
+                else:
+                    self._end_backlog()
             if event_type == "DELETED":
                 self._known.pop(key, None)
             else:
                 self._known[key] = rv
             self.rv = rv
-            await self.sink.on_event(event_type, obj, rv)
+            if not stale:
+                await self.sink.on_event(event_type, obj, rv)
+            elif self._on_stale is not None:
+                await self._on_stale(event_type, obj, rv)
+
+    def _end_backlog(self) -> None:
+        """The watch passed the backlog's horizon (or re-listed): every event is live now."""
+        backlog, self._backlog, self._backlog_due = self._backlog, None, False
+        if backlog is None:
+            return
+        log.info(
+            "watch.backlog_done",
+            gvr=self.rtype.gvr,
+            namespace=self.namespace,
+            applied=backlog.applied,
+            stale=backlog.stale,
+            lookups=backlog.lookups,
+            listed=backlog.listed,
+            lookup_seconds=round(backlog.seconds, 3),
+        )
