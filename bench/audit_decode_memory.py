@@ -15,7 +15,8 @@ from collections.abc import Callable
 import click
 
 from kubescribe.attribution.decode import decode_event_list, json_memory_bound
-from kubescribe.server.audit import DECODED_BUDGET, DEFAULT_MAX_BODY, DEFAULT_MAX_EVENTS
+from kubescribe.defaults import DEFAULT_MAX_BODY, DEFAULT_MAX_EVENTS
+from kubescribe.server.audit import DECODED_BUDGET
 
 MiB = 1024 * 1024
 

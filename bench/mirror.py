@@ -12,12 +12,15 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +29,7 @@ import click
 from kubescribe.api.crds import render_crds
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote
-from kubescribe.devenv.operator import OperatorProcess
+from kubescribe.devenv.operator import OperatorProcess, compile_bytecode
 from kubescribe.devenv.redis import RedisServer
 from kubescribe.kube.client import KubeClient
 from kubescribe.mirror.sanitize import sanitize
@@ -404,6 +407,38 @@ def metric_total(operator: OperatorProcess, name: str) -> float:
     )
 
 
+def cpu_seconds(operator: OperatorProcess) -> float:
+    """User and system CPU time the operator (all its threads) has used so far."""
+    assert operator.proc is not None
+    stat = Path(f"/proc/{operator.proc.pid}/stat").read_text()
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_serving(operator: OperatorProcess, timeout: float) -> float:
+    """When `/healthz` first answered: the operator serves it just before `operator.started`,
+    once its imports, API client and attribution are up and before the first watch."""
+    url = f"http://127.0.0.1:{operator.metrics_port}/healthz"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1):
+            return time.monotonic()
+        time.sleep(0.01)
+    raise TimeoutError("the operator did not serve /healthz in time")
+
+
+@contextlib.contextmanager
+def cpu_hogs(count: int) -> Iterator[None]:
+    """`count` processes that each keep a core busy, for figures on a loaded machine."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
 def wait_metric(setup: Setup, name: str, at_least: float, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -415,11 +450,17 @@ def wait_metric(setup: Setup, name: str, at_least: float, timeout: float) -> Non
     raise TimeoutError(f"{name} did not reach {at_least}")
 
 
-def warm_restart(setup: Setup, n: int, changed: int = 10, deleted: int = 5) -> dict[str, Any]:
+def warm_restart(
+    setup: Setup, n: int, changed: int = 10, deleted: int = 5, restarts: int = 1
+) -> dict[str, Any]:
     """A replica with saved resume cursors restarts after changes made while it was down:
-    it watches from the saved resourceVersion instead of listing N objects again."""
+    it watches from the saved resourceVersion instead of listing N objects again. Each of
+    `restarts` rounds changes and deletes other objects; the figures are the median round's,
+    with every round's in `*_each_s`. The operator's CPU seconds until it caught up tell
+    its own work from waiting for a busy machine."""
     names = [f"wr-{i:06d}" for i in range(n)]
     asyncio.run(create_many(setup.cp.kubeconfig, names, "1"))
+    serving, caught_up, cpu, events = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="kubescribe-bench-redis-") as tmp:
         redis = RedisServer(Path(tmp))
         redis.start()
@@ -428,33 +469,49 @@ def warm_restart(setup: Setup, n: int, changed: int = 10, deleted: int = 5) -> d
             setup.mirror_objects()
             setup.start_operator(*flags)
             setup.remote.wait(lambda t: len(t) >= n, 600, every=0.05)
-            wait_metric(setup, 'kubescribe_cursor_saves_total{result="ok"}', 1, 60)
-            assert setup.operator is not None
-            setup.operator.stop(timeout=60)
-            for name in names[:changed]:
-                setup.cp.kubectl("patch", "configmap", name, "-n", NS, "-p", '{"data":{"v":"2"}}')
-            for name in names[changed : changed + deleted]:
-                setup.cp.kubectl("delete", "configmap", name, "-n", NS)
-            want = {name: expected_oid(name, "2") for name in names[:changed]}
-            gone = set(names[changed : changed + deleted])
-            restarted = setup.start_operator(*flags)
-            seen = setup.remote.wait(
-                lambda t: all(t.get(k) == v for k, v in want.items()) and not gone & set(t),
-                600,
-                every=0.02,
-            )
-            events = metric_total(setup.operator, "kubescribe_watch_events_total")
+            for round_ in range(restarts):
+                wait_metric(setup, 'kubescribe_cursor_saves_total{result="ok"}', 1, 60)
+                assert setup.operator is not None
+                setup.operator.stop(timeout=60)
+                first = round_ * (changed + deleted)
+                value = str(round_ + 2)
+                patch = json.dumps({"data": {"v": value}})
+                for name in names[first : first + changed]:
+                    setup.cp.kubectl("patch", "configmap", name, "-n", NS, "-p", patch)
+                gone = set(names[first + changed : first + changed + deleted])
+                for name in sorted(gone):
+                    setup.cp.kubectl("delete", "configmap", name, "-n", NS)
+                want = {name: expected_oid(name, value) for name in names[first : first + changed]}
+                restarted = setup.start_operator(*flags)
+                serving.append(wait_serving(setup.operator, 60) - restarted)
+                seen = setup.remote.wait(
+                    lambda t, want=want, gone=gone: (
+                        all(t.get(k) == v for k, v in want.items()) and not gone & set(t)
+                    ),
+                    600,
+                    every=0.02,
+                )
+                cpu.append(cpu_seconds(setup.operator))
+                caught_up.append(seen - restarted)
+                events.append(metric_total(setup.operator, "kubescribe_watch_events_total"))
         finally:
             if setup.operator is not None:
                 setup.operator.stop(timeout=60)  # before Redis goes
             redis.stop()
+    median = sorted(range(restarts), key=caught_up.__getitem__)[restarts // 2]
     return {
         "workload": f"warm_restart_{n}",
         "objects": n,
         "changed_while_down": changed,
         "deleted_while_down": deleted,
-        "caught_up_after_restart_s": round(seen - restarted, 2),
-        "watch_events_after_restart": int(events),
+        "restarts": restarts,
+        "serving_after_restart_s": round(serving[median], 2),
+        "caught_up_after_restart_s": round(caught_up[median], 2),
+        "cpu_until_caught_up_s": round(cpu[median], 2),
+        "watch_events_after_restart": int(events[median]),
+        "serving_each_s": [round(v, 2) for v in serving],
+        "caught_up_each_s": [round(v, 2) for v in caught_up],
+        "cpu_each_s": [round(v, 2) for v in cpu],
     }
 
 
@@ -623,6 +680,19 @@ def soak(setup: Setup, minutes: float, rate: float = 1.0, objects: int = 100) ->
 )
 @click.option("--soak-minutes", default=30.0, show_default=True)
 @click.option("--soak-rate", default=1.0, show_default=True, help="changes per second")
+@click.option(
+    "--hog",
+    default=0,
+    show_default=True,
+    help="Busy processes (one core each) running beside every workload: figures on a loaded "
+    "machine.",
+)
+@click.option(
+    "--restarts",
+    default=1,
+    show_default=True,
+    help="warm_restart: restarts in a row on one setup (figures: the median restart's).",
+)
 def main(
     workloads: tuple[str, ...],
     samples: int,
@@ -630,6 +700,8 @@ def main(
     contents: str,
     soak_minutes: float,
     soak_rate: float,
+    hog: int,
+    restarts: int,
 ) -> None:
     """WORKLOADS: any of latency_isolated latency_stream latency_stream_kustomized backfill
     burst crash warm_restart adopt soak (default: all but soak; backfill 50000 and soak are
@@ -664,18 +736,21 @@ def main(
     if "burst" in chosen:
         runs.append(("burst", lambda s: burst(s, 100, 2000, 16)))
     if "warm_restart" in chosen:
-        runs.append(("warm_restart", lambda s: warm_restart(s, 10000)))
+        runs.append(("warm_restart", lambda s: warm_restart(s, 10000, restarts=restarts)))
     if "adopt" in chosen:
         runs.append(("adopt", lambda s: adopt(s, 10000)))
     if "soak" in chosen:
         runs.append(("soak", lambda s: soak(s, soak_minutes, soak_rate)))
     modes = [m for m in contents.split(",") if m]
+    compile_bytecode()  # start from bytecode, as the image does
     for _, run in runs:
         for mode in modes:
             with tempfile.TemporaryDirectory(prefix="kubescribe-bench-") as tmp:
                 setup = Setup(Path(tmp), mode)
                 try:
-                    click.echo(json.dumps({**run(setup), "content": mode}), nl=True)
+                    with cpu_hogs(hog):
+                        figures = run(setup)
+                    click.echo(json.dumps({**figures, "content": mode, "hog": hog}), nl=True)
                 finally:
                     setup.close()
 

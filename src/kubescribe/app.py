@@ -6,16 +6,11 @@ import asyncio
 import contextlib
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
-from kubescribe.controller.certrotation import ADMISSION_CLIENT, AUDIT_CLIENT
 from kubescribe.controller.manager import Manager, Settings
-from kubescribe.controller.webhookcerts import (
-    SERVING_FILES,
-    CertificateOptions,
-    WebhookCertificates,
-)
 from kubescribe.kube.client import KubeClient
 from kubescribe.server.attribution import AttributionOptions, attribution
 from kubescribe.server.audit import DEFAULT_CLIENT_PREFIX
@@ -23,6 +18,10 @@ from kubescribe.server.health import health_app, serve
 from kubescribe.server.tls import ANY_CLIENT
 from kubescribe.stopping import Stopper
 from kubescribe.waits import within
+
+if TYPE_CHECKING:
+    # Managed certificates (cryptography) are imported only when configured.
+    from kubescribe.controller.webhookcerts import CertificateOptions
 
 log = structlog.get_logger(__name__)
 
@@ -55,6 +54,9 @@ def managed_certificates(
 ) -> tuple[AttributionOptions, CertificateOptions]:
     """Point the HTTPS sites at the files the certificate upkeep writes (the trusted CAs
     verify clients too), and name the client certificates kube-apiserver gets."""
+    from kubescribe.controller.certrotation import ADMISSION_CLIENT, AUDIT_CLIENT  # noqa: PLC0415
+    from kubescribe.controller.webhookcerts import SERVING_FILES  # noqa: PLC0415
+
     directory = certificates.directory
     cert, key, cas = (directory / name for name in SERVING_FILES)
     clients = {}
@@ -104,6 +106,8 @@ async def run_operator(
     certs = None
     try:
         if certificates is not None:
+            from kubescribe.controller.webhookcerts import WebhookCertificates  # noqa: PLC0415
+
             # The HTTPS sites start from the files it writes: wait for a certificate to serve.
             certs = WebhookCertificates(client, certificates)
             await certs.start()

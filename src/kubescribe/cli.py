@@ -1,8 +1,11 @@
-"""`kubescribe run | crds | snapshot | version`."""
+"""`kubescribe run | crds | snapshot | version`.
+
+Each command imports what it uses when it runs: loading this module declares the commands and
+their flags only, so `kubescribe version` and `--help` answer without loading the operator.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import os
 import shutil
@@ -11,32 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import click
-import structlog
 
-from kubescribe import __version__, logs
-from kubescribe.api.crds import render_crds
-from kubescribe.api.models import CONTROLLER_MANAGERS
-from kubescribe.app import MANAGED_FILES, Sharing, managed_certificates, run_operator
-from kubescribe.controller.certrotation import Policy
-from kubescribe.controller.snapshot import (
-    Selection,
-    SnapshotError,
-    run_snapshot,
-    select_types,
+from kubescribe import __version__
+from kubescribe.defaults import (
+    CA_VALIDITY,
+    CERT_VALIDITY,
+    DEFAULT_ADMISSION_CLIENT,
+    DEFAULT_MAX_BODY,
+    DEFAULT_MAX_EVENTS,
+    MAX_AUDIT_BODY,
 )
-from kubescribe.controller.webhookcerts import CA_VALIDITY, CERT_VALIDITY, CertificateOptions
-from kubescribe.git.quota import parse_size
-from kubescribe.git.repo import limit_libgit2_memory
-from kubescribe.git.sandbox import confine_libgit2, network_isolation
-from kubescribe.git.targets import Committer
-from kubescribe.kube.client import KubeClient
-from kubescribe.kube.discovery import Discovered
-from kubescribe.mirror.owned import Content
-from kubescribe.net.addresses import NetworkPolicy, set_network_policy
-from kubescribe.server.admission import DEFAULT_CLIENT
-from kubescribe.server.attribution import MAX_AUDIT_BODY, AttributionOptions
-from kubescribe.server.audit import DEFAULT_MAX_BODY, DEFAULT_MAX_EVENTS
-from kubescribe.stopping import Stopper
 from kubescribe.store.redis_options import (
     DEFAULT_KEY_PREFIX,
     HMAC_KEY_ENV,
@@ -44,8 +31,6 @@ from kubescribe.store.redis_options import (
     URL_ENV,
     RedisOptions,
 )
-
-log = structlog.get_logger(__name__)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -62,6 +47,8 @@ def version() -> None:
 @main.command()
 def crds() -> None:
     """Print the CustomResourceDefinitions (multi-document YAML, for kubectl apply -f -)."""
+    from kubescribe.api.crds import render_crds  # noqa: PLC0415
+
     click.echo(render_crds(), nl=False)
 
 
@@ -183,7 +170,7 @@ def _attribution_options(command: Callable[..., None]) -> Callable[..., None]:
             "--webhook-client-cn",
             "webhook_client_cns",
             multiple=True,
-            default=(DEFAULT_CLIENT,),
+            default=(DEFAULT_ADMISSION_CLIENT,),
             show_default=True,
             help="Client certificate CN or DNS/URI SAN allowed to call the admission webhook "
             "('*' = any the CA signs). Repeatable.",
@@ -408,6 +395,26 @@ def run(
     **attribution: Any,
 ) -> None:
     """Run the operator until SIGTERM/SIGINT; pending writes are flushed on the way out."""
+    # What only some configurations use (Redis, managed certificates, encryption) is imported
+    # further down, where it is configured.
+    import asyncio  # noqa: PLC0415
+
+    import structlog  # noqa: PLC0415
+
+    from kubescribe import logs  # noqa: PLC0415
+    from kubescribe.app import (  # noqa: PLC0415
+        MANAGED_FILES,
+        Sharing,
+        managed_certificates,
+        run_operator,
+    )
+    from kubescribe.git.quota import parse_size  # noqa: PLC0415
+    from kubescribe.git.repo import limit_libgit2_memory  # noqa: PLC0415
+    from kubescribe.git.sandbox import confine_libgit2, network_isolation  # noqa: PLC0415
+    from kubescribe.net.addresses import NetworkPolicy, set_network_policy  # noqa: PLC0415
+    from kubescribe.server.attribution import AttributionOptions  # noqa: PLC0415
+    from kubescribe.stopping import Stopper  # noqa: PLC0415
+
     logs.configure(log_level)
     set_network_policy(NetworkPolicy(deny_private=deny_private_networks))
     limit_libgit2_memory()
@@ -428,6 +435,9 @@ def run(
             raise click.UsageError(f"--webhook-cert-secret manages the certificates: drop {flags}")
         if not webhook_cert_hosts:
             raise click.UsageError("--webhook-cert-secret needs --webhook-cert-host")
+        from kubescribe.controller.certrotation import Policy  # noqa: PLC0415
+        from kubescribe.controller.webhookcerts import CertificateOptions  # noqa: PLC0415
+
         attribution_options, certificates = managed_certificates(
             attribution_options,
             CertificateOptions(
@@ -454,7 +464,9 @@ def run(
     kustomize = kustomize_binary or shutil.which("kustomize")
     if kustomize and not network_isolation():
         # Remote references are still refused before kustomize runs, and it has no `git`.
-        log.warning("render_check.network_not_isolated", reason="unshare --net is refused here")
+        structlog.get_logger(__name__).warning(
+            "render_check.network_not_isolated", reason="unshare --net is refused here"
+        )
     stopper = Stopper(shutdown_timeout)
     operator = run_operator(
         kubeconfig,
@@ -520,6 +532,21 @@ def snapshot(
     content: str,
 ) -> None:
     """Export the selected objects into a Git repository once (brownfield onboarding)."""
+    import asyncio  # noqa: PLC0415
+
+    from kubescribe import logs  # noqa: PLC0415
+    from kubescribe.api.models import CONTROLLER_MANAGERS  # noqa: PLC0415
+    from kubescribe.controller.snapshot import (  # noqa: PLC0415
+        Selection,
+        SnapshotError,
+        run_snapshot,
+        select_types,
+    )
+    from kubescribe.git.targets import Committer  # noqa: PLC0415
+    from kubescribe.kube.client import KubeClient  # noqa: PLC0415
+    from kubescribe.kube.discovery import Discovered  # noqa: PLC0415
+    from kubescribe.mirror.owned import Content  # noqa: PLC0415
+
     logs.configure("warning")
     selection = Selection(resources, namespace, selector)
 

@@ -16,12 +16,12 @@ import pytest
 from click.testing import CliRunner
 
 from kubescribe import cli, metrics
+from kubescribe.defaults import DEFAULT_MAX_BODY
 from kubescribe.devenv.controlplane import AuditWebhook, ControlPlane, free_port
 from kubescribe.devenv.pki import CertificateAuthority, KeyPair
 from kubescribe.devenv.redis import DEV_HMAC_KEY, RedisServer
 from kubescribe.mirror.authors import Author, ObjectEvent
 from kubescribe.server.attribution import Attribution, AttributionOptions, attribution
-from kubescribe.server.audit import DEFAULT_MAX_BODY
 from kubescribe.store.redis_options import RedisOptions
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from click.testing import CliRunner
 
-from kubescribe import cli
+from kubescribe import app, cli
 from kubescribe.git.urlpolicy import UrlRefusal, UrlRefused, check_transfer, check_url
 from kubescribe.net.addresses import NetworkPolicy, network_policy, set_network_policy
 
@@ -197,7 +197,7 @@ def test_run_sets_the_network_policy_from_its_flag(
     async def run_operator(*_: object, **__: object) -> None:
         seen.append(network_policy().deny_private)
 
-    monkeypatch.setattr(cli, "run_operator", run_operator)
+    monkeypatch.setattr(app, "run_operator", run_operator)  # `run` imports it when it runs
     try:
         result = CliRunner().invoke(cli.main, ["run", *args])
     finally:

@@ -19,6 +19,9 @@ gives the operator no identity: every file gets a fresh random key, and the rend
 for this process, which plaintext each file it wrote holds (an HMAC under a per-process key,
 never the plaintext), so a re-list makes no commit; after a restart such documents are
 encrypted again. `ageKeySecretRef` avoids that.
+
+SOPS and age (cryptography, pyrage) are imported when a document is encrypted or a key is
+read, so an operator whose targets encrypt nothing never loads them.
 """
 
 from __future__ import annotations
@@ -48,8 +51,6 @@ from kubescribe.mirror.changes import TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.layout import Layout
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
-from kubescribe.secrets import age
-from kubescribe.secrets.datakey import derive_data_key
 from kubescribe.secrets.policy import (
     DEFAULT_RULES,
     PolicyError,
@@ -57,13 +58,6 @@ from kubescribe.secrets.policy import (
     compile_rules,
     managed_sops_config,
     sops_config,
-)
-from kubescribe.secrets.sops import (
-    ForeignKeyError,
-    SopsError,
-    decrypt_document,
-    encrypt_document,
-    inspect_document,
 )
 
 log = structlog.get_logger(__name__)
@@ -123,6 +117,8 @@ class SopsRenderer:
     @property
     def identity_recipients(self) -> frozenset[str]:
         """The public keys of the identities (the operator's data keys derive from them)."""
+        from kubescribe.secrets import age  # noqa: PLC0415
+
         return frozenset(age.recipient_of(i) for i in self._identities)
 
     def _rule(self, rtype: ResourceType) -> TypeRule | None:
@@ -150,6 +146,8 @@ class SopsRenderer:
             rule = type_rule.rule_for(doc)
         except PolicyError as err:
             raise RefusedContent(c.ENCRYPTION_FAILED, f"{what} not written: {err}") from None
+        from kubescribe.secrets.sops import SopsError, encrypt_document  # noqa: PLC0415
+
         digest = b""
         if not self._identities:
             digest = self._digest(doc, rule.setting)
@@ -176,6 +174,8 @@ class SopsRenderer:
     def _own_keys(self, identity: Identity, recipients: Sequence[str]) -> list[bytes]:
         """The operator's data keys for a document, one per identity (the first encrypts new
         files); none without identities (fresh random keys)."""
+        from kubescribe.secrets.datakey import derive_data_key  # noqa: PLC0415
+
         scope = json.dumps([identity.group, identity.kind, identity.namespace, identity.name])
         return [derive_data_key(i, scope, recipients) for i in self._identities]
 
@@ -200,6 +200,8 @@ class SopsRenderer:
 
     def recipients_of(self, data: bytes) -> frozenset[str] | None:
         """The age recipients of a file this renderer can re-encrypt; None otherwise."""
+        from kubescribe.secrets.sops import SopsError, inspect_document  # noqa: PLC0415
+
         if not self._identities:
             return None
         try:
@@ -217,6 +219,14 @@ class SopsRenderer:
         is re-encrypted: content someone else put there must not come out under the
         operator's key, where keeping or replacing it later would confirm a guessed value.
         """
+        from kubescribe.secrets.sops import (  # noqa: PLC0415
+            ForeignKeyError,
+            SopsError,
+            decrypt_document,
+            encrypt_document,
+            inspect_document,
+        )
+
         what = f"{identity.kind} {identity.ref}"
         try:
             info = inspect_document(data)
@@ -275,6 +285,8 @@ class _KeyProblem(Exception):
 
 def _identities_from(secret: Mapping[str, Any], name: str) -> list[str]:
     """Identities of every `*.agekey` entry (sorted by key); raises `_KeyProblem`."""
+    from kubescribe.secrets import age  # noqa: PLC0415
+
     data = secret.get("data") or {}
     found: list[str] = []
     for key in sorted(k for k in data if k.endswith(AGE_KEY_SUFFIX)):
@@ -353,6 +365,8 @@ class EncryptionResolver:
         return Resolution(renderer, Cond(c.ENCRYPTION_CONFIGURED, "False", reason, message), True)
 
     async def _resolve(self, target: TargetPlan, plan: Plan) -> Resolution:
+        from kubescribe.secrets import age  # noqa: PLC0415
+
         assert target.spec is not None
         spec = target.spec.encryption
         if spec is None:
@@ -417,6 +431,8 @@ class EncryptionResolver:
 
     async def _generate(self, namespace: str, name: str, secret: Mapping[str, Any] | None) -> str:
         """A new age identity stored in the Secret (created, or added to the operator's own)."""
+        from kubescribe.secrets import age  # noqa: PLC0415
+
         identity, recipient = age.generate_identity()
         await write_generated(
             self.client,
@@ -438,6 +454,8 @@ class EncryptionResolver:
 
 
 def _inline_recipients(spec: EncryptionSpec) -> list[str]:
+    from kubescribe.secrets import age  # noqa: PLC0415
+
     out = []
     for i, recipient in enumerate(spec.recipients):
         try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -216,7 +216,6 @@ class Manager:
     async def run(self) -> None:
         """Run until cancelled; on cancellation flush the branch workers."""
         try:
-            await self._refresh_discovery()
             own = [
                 Informer(self.client, rtype, self._caches[kind], prepare=as_is)
                 for kind, rtype in OWN_TYPES.items()
@@ -229,14 +228,19 @@ class Manager:
                 for rtype in DISCOVERY_TRIGGERS
             ]
             self._tasks = [asyncio.create_task(i.run()) for i in own + triggers]
-            self._tasks.append(asyncio.create_task(self._discovery_loop()))
             self._tasks.append(asyncio.create_task(self._requests.run()))
             # Not in _tasks: shutdown stops it only after the last cursors are saved.
             self._cursor_task = asyncio.create_task(self._cursors.run())
+            # The first plan needs the served types, this replica's place among the others
+            # (join before it: writers spread at once) and a snapshot of each own type: ask
+            # the API server for all of them at once.
+            first = [self._refresh_discovery(), *(i.synced.wait() for i in own)]
             if self._shards is not None:
-                await self._shards.tick()  # join before the first plan: writers spread at once
+                first.append(self._shards.tick())
+            await _all(first)
+            self._tasks.append(asyncio.create_task(self._discovery_loop()))
+            if self._shards is not None:
                 self._tasks.append(asyncio.create_task(self._shards.run()))
-            await asyncio.gather(*(i.synced.wait() for i in own))
             crashes = 0
             while True:
                 try:
@@ -760,6 +764,16 @@ def _watch_forbidden(streams: list[_Running]) -> Cond:
         f"The operator may not list/watch {', '.join(where)} (grant it in the operator's "
         f"RBAC; retried with backoff): {first}",
     )
+
+
+async def _all(awaitables: list[Coroutine[Any, Any, Any]]) -> None:
+    """Await them concurrently; the first failure cancels the others and is raised as is."""
+    tasks = [asyncio.ensure_future(a) for a in awaitables]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 async def _stop(worker: BranchWorker) -> None:

@@ -44,8 +44,6 @@ WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfiguration
 SERVING_FILES = ("tls.crt", "tls.key", "ca.crt")
 RETRY = 2.0
 FAILED_WRITE_RETRY = 10.0  # a refused renewal is tried again at this pace, not in a loop
-CERT_VALIDITY = 90 * 86400.0  # seconds
-CA_VALIDITY = 10 * 365 * 86400.0
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import compileall
 import os
 import signal
 import subprocess
@@ -13,6 +14,16 @@ from pathlib import Path
 from kubescribe.devenv.controlplane import free_port
 from kubescribe.devenv.redis import DEV_HMAC_KEY
 from kubescribe.store.redis_options import HMAC_KEY_ENV
+
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def compile_bytecode() -> None:
+    """Byte-compile kubescribe's modules where they are missing or stale, as the image does
+    when it is built. A source checkout run with PYTHONDONTWRITEBYTECODE otherwise compiles
+    every module again at each start (a fifth of a second of CPU), which start-up figures
+    would count."""
+    compileall.compile_dir(PACKAGE, quiet=1)
 
 
 class OperatorProcess:

@@ -3,7 +3,7 @@
 A commit signed here verifies with `git verify-commit` (`gpg.format=ssh` and an allowed
 signers file listing `public_key_line`) and with `ssh-keygen -Y verify -n git`. The format
 is OpenSSH's PROTOCOL.sshsig: the signature covers a SHA-512 of the commit text, bound to the
-namespace `git`.
+namespace `git`. `cryptography` is imported when a key is loaded or generated, not at start-up.
 """
 
 from __future__ import annotations
@@ -13,12 +13,14 @@ import hashlib
 import struct
 import textwrap
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pygit2
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from kubescribe.git.transport.known_hosts import fingerprint
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric import ed25519
 
 NAMESPACE = "git"
 DEFAULT_COMMENT = "kubescribe"
@@ -41,6 +43,8 @@ class SigningKey:
 
     @classmethod
     def generate(cls, comment: str = DEFAULT_COMMENT) -> SigningKey:
+        from cryptography.hazmat.primitives.asymmetric import ed25519  # noqa: PLC0415
+
         return cls(ed25519.Ed25519PrivateKey.generate(), comment)
 
     @classmethod
@@ -51,6 +55,9 @@ class SigningKey:
         comment: str = DEFAULT_COMMENT,
     ) -> SigningKey:
         """Load an OpenSSH private key (`ssh-keygen -t ed25519`); other key types are refused."""
+        from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+        from cryptography.hazmat.primitives.asymmetric import ed25519  # noqa: PLC0415
+
         data = private_key_text.encode() if isinstance(private_key_text, str) else private_key_text
         password = passphrase.encode() if isinstance(passphrase, str) else passphrase
         key = serialization.load_ssh_private_key(data.strip() + b"\n", password)
@@ -60,6 +67,8 @@ class SigningKey:
 
     @property
     def public_blob(self) -> bytes:
+        from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+
         raw = self._key.public_key().public_bytes(
             serialization.Encoding.Raw, serialization.PublicFormat.Raw
         )
@@ -81,6 +90,8 @@ class SigningKey:
 
     def private_openssh(self) -> str:
         """The private key as unencrypted OpenSSH text (to store in a Secret)."""
+        from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+
         return self._key.private_bytes(
             serialization.Encoding.PEM,
             serialization.PrivateFormat.OpenSSH,

@@ -29,12 +29,16 @@ from __future__ import annotations
 import string
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kubescribe.api.models import SensitiveType
 from kubescribe.mirror.identity import CORE_GROUP
 from kubescribe.mirror.layout import ENCRYPTED_SUFFIX
 from kubescribe.mirror.yamlfmt import dump_yaml
-from kubescribe.secrets.sops import CryptRule
+
+if TYPE_CHECKING:
+    # SOPS itself (cryptography, age) is imported when a document is encrypted.
+    from kubescribe.secrets.sops import CryptRule
 
 SECRETS = ("", "secrets")
 SECRET_KEYS = ("data", "stringData")
@@ -78,6 +82,8 @@ class TypeRule:
 
     def rule_for(self, document: Mapping[str, object]) -> CryptRule:
         """The crypt rule for one document (raises `PolicyError`)."""
+        from kubescribe.secrets.sops import CryptRule  # noqa: PLC0415
+
         keys = list(self.keys)
         if self.whole_document:
             top = [str(k) for k in document if k not in HEADER_KEYS]
@@ -92,6 +98,8 @@ class TypeRule:
 
     def config_rule(self) -> CryptRule:
         """The rule in ``.sops.yaml`` for files a person creates (not per document)."""
+        from kubescribe.secrets.sops import CryptRule  # noqa: PLC0415
+
         if self.whole_document:
             return CryptRule(unencrypted_regex=key_regex(HEADER_KEYS))
         return CryptRule(encrypted_regex=key_regex(_with_metadata(self.keys)))

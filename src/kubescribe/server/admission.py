@@ -38,7 +38,6 @@ log = structlog.get_logger(__name__)
 PATH = "/validate-commitrequests"
 CHANGES_PATH = "/validate-changes"
 MAX_BODY = 2 * 1024 * 1024  # a review of one object (etcd caps objects at 1.5 MiB)
-DEFAULT_CLIENT = "kubescribe-admission"
 
 
 def admission_app(

@@ -20,15 +20,15 @@ from kubescribe.attribution.facts import FactIndex
 from kubescribe.attribution.requests import ROUTE as REQUESTS_ROUTE
 from kubescribe.attribution.requests import RecordedRequestAuthors
 from kubescribe.attribution.resolver import AuditAuthorResolver
-from kubescribe.mirror.authors import AuthorResolver, CommitRequestAuthors
-from kubescribe.server.admission import DEFAULT_CLIENT, admission_app
-from kubescribe.server.audit import (
+from kubescribe.defaults import (
+    DEFAULT_ADMISSION_CLIENT,
     DEFAULT_MAX_BODY,
     DEFAULT_MAX_EVENTS,
-    READ_TIMEOUT,
-    AuditRoute,
-    audit_app,
+    MAX_AUDIT_BODY,
 )
+from kubescribe.mirror.authors import AuthorResolver, CommitRequestAuthors
+from kubescribe.server.admission import admission_app
+from kubescribe.server.audit import READ_TIMEOUT, AuditRoute, audit_app
 from kubescribe.server.tls import ANY_CLIENT, ClientPolicy, reload_on_change, server_context
 from kubescribe.store.memory import MemoryFactStore
 from kubescribe.store.redis_options import RedisOptions
@@ -37,9 +37,6 @@ if TYPE_CHECKING:
     from kubescribe.store.redis import RedisFactStore
 
 log = structlog.get_logger(__name__)
-
-# Past this, the 64 MiB decoded budget refuses even a plain ASCII body (2 bytes per byte).
-MAX_AUDIT_BODY = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -60,7 +57,7 @@ class AttributionOptions:
     webhook_tls_cert: Path | None = None
     webhook_tls_key: Path | None = None
     webhook_client_ca: Path | None = None
-    webhook_client_cns: tuple[str, ...] = (DEFAULT_CLIENT,)
+    webhook_client_cns: tuple[str, ...] = (DEFAULT_ADMISSION_CLIENT,)
     webhook_allow_anonymous: bool = False  # managed clusters: the API server has no client cert
     changes_webhook_url: str = ""  # set: record who writes watched objects (attribution)
     changes_webhook_ca: Path | None = None  # caBundle of the registration

@@ -40,13 +40,11 @@ from kubescribe.attribution.decode import (
     json_memory_bound,
 )
 from kubescribe.attribution.facts import FactIndex, keyed
+from kubescribe.defaults import DEFAULT_MAX_BODY, DEFAULT_MAX_EVENTS, MiB
 from kubescribe.server.tls import ANY_CLIENT, ClientPolicy, peer_identities
 
 log = structlog.get_logger(__name__)
 
-MiB = 1024 * 1024
-DEFAULT_MAX_BODY = 4 * MiB
-DEFAULT_MAX_EVENTS = 4096
 DECODED_BUDGET = 64 * MiB
 READ_TIMEOUT = 30.0
 DEFAULT_CLIENT_PREFIX = "kubescribe-audit-"

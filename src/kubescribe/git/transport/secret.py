@@ -1,5 +1,8 @@
 """Credentials read from a GitProvider's Secret: an SSH key, a username and password or token,
-known_hosts and CA certificates. Nothing is written to disk."""
+known_hosts and CA certificates. Nothing is written to disk.
+
+`cryptography` is imported when a Secret holds a key or a CA bundle to read, not at start-up.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +11,7 @@ import binascii
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-from cryptography import x509
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from typing import TYPE_CHECKING, Any
 
 from kubescribe.git.transport.errors import InvalidCredentials, text_value
 from kubescribe.git.transport.known_hosts import (
@@ -22,6 +20,9 @@ from kubescribe.git.transport.known_hosts import (
     key_type,
     parse_known_hosts,
 )
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 SSH_KEY_NAMES = ("ssh-privatekey", "identity", "sshPrivateKey")
 PASSPHRASE_NAMES = ("passphrase", "ssh-passphrase")
@@ -115,6 +116,10 @@ class Credentials:
 
 
 def _load_ssh_key(name: str, text: str, passphrase: str | None) -> SshKey:
+    from cryptography.exceptions import UnsupportedAlgorithm  # noqa: PLC0415
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa  # noqa: PLC0415
+
     data = text.encode() + b"\n"
     try:
         key = _private_key(data, None)
@@ -171,6 +176,8 @@ def _encrypted_openssh_key(name: str, text: str, passphrase: str) -> SshKey:
 
 def _private_key(data: bytes, password: bytes | None) -> Any:
     """An OpenSSH or PEM private key; TypeError if it needs a password it did not get."""
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+
     try:
         return serialization.load_ssh_private_key(data, password)
     except ValueError:
@@ -180,6 +187,8 @@ def _private_key(data: bytes, password: bytes | None) -> Any:
 
 
 def _load_ca(name: str, pem: bytes) -> tuple[x509.Certificate, ...]:
+    from cryptography import x509  # noqa: PLC0415
+
     try:
         certs = x509.load_pem_x509_certificates(pem)
     except ValueError:
