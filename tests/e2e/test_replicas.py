@@ -7,6 +7,7 @@ saved cursors (a watch resumed from the last pushed resourceVersion), not from a
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -152,7 +153,9 @@ def burst(cp: ControlPlane, ns: str, rounds: int, stop: threading.Event | None =
         cp.apply(manifest(*docs))
 
 
-ROLLING_RESTARTS = 4  # each SIGTERMs every replica in turn: 12 SIGTERMs in a row
+# Each SIGTERMs every replica in turn: 12 SIGTERMs in a row (KUBESCRIBE_ROLLING_RESTARTS=10 for
+# the long run in the closing notes of #29).
+ROLLING_RESTARTS = int(os.environ.get("KUBESCRIBE_ROLLING_RESTARTS", "4"))
 
 
 def churn(cp: ControlPlane, ns: str, stop: threading.Event) -> None:
@@ -261,7 +264,7 @@ def test_a_killed_replica_is_replaced_and_nothing_is_lost(
         assert len(runs) <= 2, f"{branch} written by {runs}"  # the owner, then its successor
 
 
-@pytest.mark.timeout(900)  # 30 restarts, each a process start and a rejoin
+@pytest.mark.timeout(1800)  # up to 30 restarts, each a process start and a rejoin
 def test_rolling_restarts_during_a_stream_exit_cleanly_and_echo_nothing(
     crds: ControlPlane,
     namespace: str,
