@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
 
 from kubescribe.devenv.cluster import ClusterTools
+from kubescribe.devenv.controlplane import KUBE_VERSION
 from kubescribe.devenv.manifests import CHART, DEPLOY, render_deploy
 
 pytestmark = pytest.mark.cluster
@@ -49,9 +51,12 @@ def test_no_secret_is_readable_cluster_wide_in_the_plain_manifests() -> None:
                 assert "*" not in rule["resources"], rule
 
 
-def render(tools: ClusterTools, *values: str) -> subprocess.CompletedProcess[str]:
+def render(
+    tools: ClusterTools, *values: str, chart: Path = CHART
+) -> subprocess.CompletedProcess[str]:
+    """`helm template` as for the test cluster's Kubernetes (Helm's own default is v1.20)."""
     return subprocess.run(
-        [str(tools.helm), "template", "k", str(CHART), *values],
+        [str(tools.helm), "template", "k", str(chart), f"--kube-version={KUBE_VERSION}", *values],
         capture_output=True,
         text=True,
         check=False,
@@ -108,7 +113,14 @@ def test_subject_access_reviews_are_granted_only_with_a_tenant_service_account(
 ) -> None:
     def grants_reviews(*values: str) -> bool:
         done = subprocess.run(
-            [str(tools.helm), "template", "kubescribe", str(CHART), *values],
+            [
+                str(tools.helm),
+                "template",
+                "kubescribe",
+                str(CHART),
+                f"--kube-version={KUBE_VERSION}",
+                *values,
+            ],
             capture_output=True,
             text=True,
             check=True,

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from kubescribe.api.crds import render_crds
-from kubescribe.devenv.controlplane import REPO_ROOT
+from kubescribe.devenv.controlplane import KUBE_VERSION, REPO_ROOT
 
 CHART = REPO_ROOT / "charts" / "kubescribe"
 CHART_CRDS = CHART / "crds" / "kubescribe.yaml"
@@ -25,7 +25,7 @@ NAMESPACE = "kubescribe-system"
 _HEADER = f"""\
 # kubescribe: plain manifests for `kubectl apply --server-side -f deploy/kubescribe.yaml`.
 # Generated from charts/kubescribe with its default values (`helm template {RELEASE}
-# charts/kubescribe -n {NAMESPACE} --include-crds`); do not edit: run
+# charts/kubescribe -n {NAMESPACE} --include-crds --kube-version {KUBE_VERSION}`); do not edit: run
 # `uv run python -m kubescribe.devenv.manifests`. Set the image to the one you built from the
 # Dockerfile, and bind the Secrets role in the namespaces of your GitProviders (the chart's
 # rbac.secretNamespaces); the chart has every other option.
@@ -39,7 +39,10 @@ metadata:
 def render_deploy(helm: Path) -> str:
     """deploy/kubescribe.yaml as `helm` renders it now."""
     done = subprocess.run(
-        [str(helm), "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--include-crds"],
+        [
+            *(str(helm), "template", RELEASE, str(CHART), "--namespace", NAMESPACE),
+            *("--include-crds", "--kube-version", KUBE_VERSION),
+        ],
         capture_output=True,
         text=True,
         check=True,
