@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
-# Installs everything kubescribe's demo and tests need on a fresh machine (idempotent):
-# Debian packages, uv, the locked Python environment in .venv, the test control plane,
-# kustomize (built from its Go module, for the kustomize render checks) and (as root) the
-# single-node test cluster that runs kubescribe as a Pod.
+# Installs everything kubescribe's tests need on a fresh machine (idempotent): Debian packages,
+# uv, the locked Python environment in .venv, the test control plane, kustomize (built from its
+# Go module, for the kustomize render checks) and (as root) the single-node test cluster that
+# runs kubescribe as a Pod.
+#   --demo: only what hack/demo.sh uses: git, uv, the Python environment and the control plane.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(git redis-server age openssh-server openssh-client nginx fcgiwrap shellcheck yamllint)
-# The single-node cluster (tests/cluster): container runtime, CNI plugins, image tooling.
-APT_PACKAGES+=(containerd runc containernetworking-plugins mmdebstrap buildah iproute2 util-linux)
+demo=false
+case "${1:-}" in
+  "") ;;
+  --demo) demo=true ;;
+  *) echo "usage: hack/setup.sh [--demo]" >&2; exit 2 ;;
+esac
+
+APT_PACKAGES=(git)
+if ! $demo; then
+  APT_PACKAGES+=(redis-server age openssh-server openssh-client nginx fcgiwrap shellcheck yamllint)
+  # The single-node cluster (tests/cluster): container runtime, CNI plugins, image tooling.
+  APT_PACKAGES+=(containerd runc containernetworking-plugins mmdebstrap buildah iproute2 util-linux)
+fi
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -35,6 +46,9 @@ command -v go >/dev/null || { echo "setup: Go is required to build the test cont
 start=$(date +%s)
 bin_dir=$(bash hack/build-controlplane.sh)
 echo "setup: control plane ready in $(( $(date +%s) - start ))s: $(basename "$bin_dir")" >&2
+if $demo; then
+  exit 0
+fi
 start=$(date +%s)
 kustomize_dir=$(bash hack/build-kustomize.sh)
 echo "setup: kustomize ready in $(( $(date +%s) - start ))s: $(basename "$kustomize_dir")" >&2

@@ -360,7 +360,8 @@ def _certificate_options(command: Callable[..., None]) -> Callable[..., None]:
     envvar="KUBESCRIBE_KUSTOMIZE",
     default="",
     help="The kustomize binary for GitTargets with `kustomize.renderCheck` (default: "
-    "`kustomize` on PATH; without one the check is skipped).",
+    "`kustomize` on PATH; without one, such targets report RenderMatchesLive=Unknown / "
+    "RenderCheckUnavailable and are still written).",
 )
 @_attribution_options
 @_certificate_options
@@ -461,7 +462,11 @@ def run(
         quota = parse_size(cache_quota)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--cache-quota-per-namespace") from None
-    kustomize = kustomize_binary or shutil.which("kustomize")
+    kustomize = shutil.which(kustomize_binary or "kustomize")
+    if kustomize_binary and kustomize is None:
+        raise click.BadParameter(
+            f"{kustomize_binary} is not an executable file", param_hint="--kustomize"
+        )
     if kustomize and not network_isolation():
         # Remote references are still refused before kustomize runs, and it has no `git`.
         structlog.get_logger(__name__).warning(

@@ -138,7 +138,8 @@ REFUSED = Counter(
 RENDER_CHECKS = Counter(
     "kubescribe_render_checks_total",
     "Objects compared with `kustomize build` of their GitTarget (spec.kustomize.renderCheck).",
-    ["result"],  # match, mismatch, failed (the build itself failed)
+    # match, mismatch, failed (the build itself failed), unavailable (no kustomize binary)
+    ["result"],
     registry=REGISTRY,
 )
 RENDER_CHECK_SECONDS = Histogram(

@@ -17,7 +17,7 @@ from kubescribe.mirror.owned import Content, keep_owned
 from kubescribe.mirror.sanitize import sanitize
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
 from tests.manifests import provider, target, watch_rule
-from tests.support import Operator, condition, manifest, wait_condition, wait_for
+from tests.support import Operator, condition, manifest, metric, wait_condition, wait_for
 
 pytestmark = pytest.mark.controlplane
 
@@ -234,3 +234,47 @@ def test_generated_configmap_is_reported_and_nothing_breaks_the_build(
     ready = condition(cp, "gittarget", "mirror", ns, "Ready")
     assert ready is not None
     assert ready["reason"] == "KustomizeUnsupported"
+
+
+def test_render_check_without_a_kustomize_binary_says_it_could_not_run(
+    crds: ControlPlane,
+    namespace: str,
+    remote: BareRemote,
+    operator: Callable[..., Operator],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No `--kustomize` and none on PATH: `RenderMatchesLive` is Unknown with
+    `RenderCheckUnavailable` (not a True no check stands behind), and the mirror still writes."""
+    cp, ns = crds, namespace
+    monkeypatch.delenv("KUBESCRIBE_KUSTOMIZE", raising=False)
+    path = [d for d in os.environ["PATH"].split(os.pathsep) if not Path(d, "kustomize").exists()]
+    monkeypatch.setenv("PATH", os.pathsep.join(path))
+    remote.commit_foreign("mirror/kustomization.yaml", "resources:\n  - plain.yaml\n", "root")
+    plain = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plain"}}
+    remote.commit_foreign("mirror/plain.yaml", dump_yaml(order_document(plain)), "plain")
+    op = operator()
+    cp.apply(
+        manifest(
+            provider("git", ns, remote.url),
+            target("mirror", ns, "git", "mirror", kustomize={"renderCheck": True}),
+            watch_rule("rule", ns, "mirror", {"apiGroups": [""], "resources": ["configmaps"]}),
+        )
+    )
+    cond = wait_condition(
+        cp, "gittarget", "mirror", ns, "RenderMatchesLive", "Unknown", "RenderCheckUnavailable"
+    )
+    assert "no kustomize binary" in cond["message"]
+    assert "--kustomize" in cond["message"]
+
+    cp.kubectl("create", "configmap", "settings", "-n", ns, "--from-literal=mode=fast")
+    wait_for(
+        lambda: "settings.yaml" in remote.read("mirror/kustomization.yaml"),
+        what="the new ConfigMap written through the kustomization",
+    )
+    wait_for(
+        lambda: metric(op, "kubescribe_render_checks_total", 'result="unavailable"') >= 1,
+        what="the change counted as not checked",
+    )
+    wait_condition(cp, "gittarget", "mirror", ns, "Ready", "True")  # the mirror is not blocked
+    state = condition(cp, "gittarget", "mirror", ns, "RenderMatchesLive") or {}
+    assert (state.get("status"), state.get("reason")) == ("Unknown", "RenderCheckUnavailable")

@@ -120,6 +120,28 @@ def test_refused_documents_stall_the_target_but_not_the_push() -> None:
     assert table(conds)[c.STALLED] == ("True", c.ENCRYPTION_MISSING)
 
 
+def test_a_render_check_that_cannot_run_is_unknown_and_does_not_decide_ready() -> None:
+    t = plan({"kustomize": {"renderCheck": True}}).targets[KEY]
+    written = report(kustomization="mirror/kustomization.yaml")
+    missing = TargetFacts(streams=1, synced=1, report=written, render_check_unavailable=True)
+    conds, _ = target_status(t, missing)
+    render = next(d for d in conds if d.type == c.RENDER_MATCHES_LIVE)
+    assert (render.status, render.reason) == ("Unknown", c.RENDER_CHECK_UNAVAILABLE)
+    assert "no kustomize binary" in render.message
+    assert "--kustomize" in render.message
+    assert table(conds)[c.READY] == ("True", c.READY)  # the mirror is not blocked by it
+    conds, _ = target_status(t, TargetFacts(streams=1, synced=1, report=written))
+    assert table(conds)[c.RENDER_MATCHES_LIVE] == ("True", c.RENDER_MATCHES_LIVE)
+    # A known difference stays False: the check's absence does not hide it.
+    web = Identity("apps", "Deployment", "ns", "web")
+    known = report(
+        kustomization="mirror/kustomization.yaml",
+        failing=[(web, c.KUSTOMIZE_UNSUPPORTED, "a patch targets it")],
+    )
+    conds, _ = target_status(t, TargetFacts(report=known, render_check_unavailable=True))
+    assert table(conds)[c.RENDER_MATCHES_LIVE] == ("False", c.KUSTOMIZE_UNSUPPORTED)
+
+
 def test_author_wiring_and_running_streams_never_decide_ready() -> None:
     unresolved = Cond(c.AUTHORS_ATTRIBUTED, "False", c.AUTHORS_UNRESOLVED, "no fact")
     slow = Cond(c.STREAMS_RUNNING, "False", c.PROGRESSING, "0/1 watch streams synced")

@@ -106,6 +106,7 @@ PATH_CONFLICT: Final = "PathConflict"
 RENDER_FAILED: Final = "RenderFailed"
 KUSTOMIZE_UNSUPPORTED: Final = "KustomizeUnsupported"
 RENDER_MISMATCH: Final = "RenderMismatch"
+RENDER_CHECK_UNAVAILABLE: Final = "RenderCheckUnavailable"  # renderCheck, but no kustomize
 # reasons: writing and pushing (git/) and Git transport (`git.transport.errors.GitFailure`)
 WRITE_FAILED: Final = "WriteFailed"
 CACHE_UNWRITABLE: Final = "CacheUnwritable"  # the object cache's disk is full or read-only

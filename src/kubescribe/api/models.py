@@ -756,7 +756,9 @@ class KustomizeSpec(ApiModel):
         description=(
             "After each push, render the root with the `kustomize` binary (when the operator"
             " has one, `--kustomize`) and compare the changed objects with the live ones; a"
-            " difference is `RenderMatchesLive=False` / `RenderMismatch`."
+            " difference is `RenderMatchesLive=False` / `RenderMismatch`. Without a binary the"
+            " check cannot run: `RenderMatchesLive=Unknown` / `RenderCheckUnavailable`, and"
+            " changes are still written."
         ),
     )
 

@@ -520,6 +520,7 @@ class Manager:
             root="" if spec.root == "." else spec.root,
             write_unsupported=spec.write_unsupported,
             render_check=self.settings.kustomize if spec.render_check else None,
+            render_check_unavailable=spec.render_check and not self.settings.kustomize,
         )
 
     def _target_access(self, key: TargetKey) -> TargetAccess:
@@ -719,6 +720,7 @@ class Manager:
         )
         if t.writable:
             cluster = t.layout.cluster if t.layout.cluster != LOCAL_CLUSTER else ""
+            kustomize = self._kustomize_config(t)
             facts = dataclasses.replace(
                 facts,
                 resumed=all(r.informer.resumed for r in streams),
@@ -732,6 +734,8 @@ class Manager:
                 encryption=self._encryption.conditions(t.key),
                 encryption_status=self._encryption.status(t.key),
                 report=self._reports.get(t.key),
+                render_check_unavailable=kustomize is not None
+                and kustomize.render_check_unavailable,
             )
         return target_status(t, facts)
 

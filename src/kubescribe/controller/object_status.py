@@ -41,6 +41,7 @@ class TargetFacts:
     encryption: Sequence[Cond] = ()
     encryption_status: Mapping[str, Any] = field(default_factory=dict)
     report: WriteReport | None = None
+    render_check_unavailable: bool = False  # renderCheck asked for, no kustomize binary
 
 
 def target_status(t: TargetPlan, facts: TargetFacts) -> tuple[list[Cond], dict[str, Any]]:
@@ -93,7 +94,11 @@ def target_status(t: TargetPlan, facts: TargetFacts) -> tuple[list[Cond], dict[s
                 domain.append(Cond(c.PUSHED, "False", report.reason, report.message))
             domain.append(documents_condition(report.failing))
             if report.kustomization is not None:
-                domain.append(render_condition(report.kustomization, report.failing))
+                domain.append(
+                    render_condition(
+                        report.kustomization, report.failing, facts.render_check_unavailable
+                    )
+                )
         if facts.synced < facts.streams:
             progressing = f"{facts.synced}/{facts.streams} watch streams synced"
     counted = [

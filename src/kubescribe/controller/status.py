@@ -41,12 +41,30 @@ def documents_condition(failing: Sequence[tuple[Identity, str, str]]) -> Cond:
 
 
 _LISTED = 3  # documents named in the message
+NO_KUSTOMIZE = (
+    "no kustomize binary in the operator (set --kustomize, or use an image with kustomize: "
+    "docs/install.md)"
+)
 
 
-def render_condition(kustomization: str, failing: Sequence[tuple[Identity, str, str]]) -> Cond:
+def render_condition(
+    kustomization: str,
+    failing: Sequence[tuple[Identity, str, str]],
+    check_unavailable: bool = False,
+) -> Cond:
     """`RenderMatchesLive` of a target written through `kustomization`: False while an object
-    is not rendered as live (a construct not written through, or a render check mismatch)."""
+    is not rendered as live (a construct not written through, or a render check mismatch);
+    Unknown when nothing says so but the render check asked for cannot run (no kustomize
+    binary): True would claim a check that never ran. Writes go on either way."""
     failing = [f for f in failing if f[1] in c.RENDER_REASONS]
+    if not failing and check_unavailable:
+        return Cond(
+            c.RENDER_MATCHES_LIVE,
+            "Unknown",
+            c.RENDER_CHECK_UNAVAILABLE,
+            f"Changes are written through {kustomization}, but the render check cannot run: "
+            f"{NO_KUSTOMIZE}",
+        )
     if not failing:
         return Cond(
             c.RENDER_MATCHES_LIVE,

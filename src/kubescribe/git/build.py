@@ -736,6 +736,9 @@ class Build:
             ktree = self.ktrees.get(key)
             if config is None or config.kustomize is None or ktree is None:
                 continue
+            if config.kustomize.render_check_unavailable:
+                metrics.RENDER_CHECKS.labels("unavailable").inc(len(changed))
+                continue
             binary = config.kustomize.render_check
             if not binary:
                 continue

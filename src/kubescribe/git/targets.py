@@ -108,11 +108,13 @@ class KustomizeConfig:
     `write_unsupported`: an object the operator cannot write through is written the plain
     way (its file, the kustomization left alone) instead of not at all. `render_check`: the
     path of a `kustomize` binary; after each build the changed objects are rendered with it
-    and compared with the live ones."""
+    and compared with the live ones. `render_check_unavailable`: the target asks for the check
+    but the operator has no binary, so it cannot run (counted, and reported in status)."""
 
     root: str = ""
     write_unsupported: bool = False
     render_check: str | None = None
+    render_check_unavailable: bool = False
 
 
 @dataclass(frozen=True)
