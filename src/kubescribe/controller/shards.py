@@ -75,6 +75,9 @@ class Shards:
         self._member_lease: dict[str, Any] | None = None
         self._member_name = lease_name("kubescribe-member", identity)
         self._wake = asyncio.Event()
+        # A tick and a release take turns: a renewal in flight must not write back a Lease
+        # that was released meanwhile (the replica would hold it again, unknowingly).
+        self._turn = asyncio.Lock()
 
     # -- what the manager asks -------------------------------------------------------------
     def want(self, keys: Iterable[WorkerKey]) -> None:
@@ -106,6 +109,10 @@ class Shards:
             self._wake.clear()
 
     async def tick(self) -> None:
+        async with self._turn:
+            await self._tick()
+
+    async def _tick(self) -> None:
         now = self.clock()
         await self._renew_membership()
         members = [LeaseRecord.of(x) for x in await self.leases.list(f"{ROLE_LABEL}=member")]
@@ -123,7 +130,7 @@ class Shards:
         before = (set(self._held), set(self._handover))
         for name in list(self._held):
             if name not in self._wanted:
-                await self.release_name(name)  # no target writes there any more
+                await self._release(name)  # no target writes there any more
         for name, key in self._wanted.items():
             found = writers.get(name)
             await self._decide(name, key, found, now)
@@ -213,6 +220,10 @@ class Shards:
         await self.release_name(worker_name(key))
 
     async def release_name(self, name: str) -> None:
+        async with self._turn:
+            await self._release(name)
+
+    async def _release(self, name: str) -> None:
         lease = self._held.pop(name, None)
         self._renewed.pop(name, None)
         self._handover.discard(name)
@@ -248,7 +259,8 @@ class Shards:
 
     async def stop(self) -> None:
         """Release every writer Lease and leave the membership (after the writers stopped)."""
-        for name in list(self._held):
-            await self.release_name(name)
-        with contextlib.suppress(ApiError, OSError):
-            await self.leases.delete(self._member_name)
+        async with self._turn:
+            for name in list(self._held):
+                await self._release(name)
+            with contextlib.suppress(ApiError, OSError):
+                await self.leases.delete(self._member_name)
