@@ -535,3 +535,17 @@ async def test_a_document_already_at_an_hfs_spelling_of_git_is_edited_in_place(
     await h.settle(upsert("a", op=Operation.UPDATE, k="2"))
     assert read_doc(remote, odd)["data"] == {"k": "2"}
     assert h.last().failing == []
+
+
+async def test_a_worker_that_lost_its_branch_writes_nothing_more(
+    remote: BareRemote, make: Callable[..., WorkerHarness]
+) -> None:
+    """A lost Lease: what is queued is neither written nor acknowledged (the new owner replays
+    it from the cursor); `stop` would have written it over the new owner's commits."""
+    h = make(target(window=WindowPolicy(60.0)))
+    tip = remote.tip()
+    late = upsert("a", k="1")
+    h.worker.submit(late)  # waits in the open commit window
+    await h.worker.abandon()
+    assert remote.tip() == tip
+    assert late.cursor not in h.acked

@@ -87,7 +87,7 @@ async def test_a_release_during_a_renewal_is_not_undone_by_it() -> None:
     server = _SlowRenewals()
     shards = Shards(server, "r1")  # type: ignore[arg-type]
     shards._held["writer-a"] = server.put("writer-a", "r1")
-    shards._wanted = {"writer-a": ("ns", "url", "a")}
+    shards._wanted = {"writer-a": ("ns", "url", "a")}  # type: ignore[dict-item]
     shards._member_name = "member-r1"
     tick = asyncio.create_task(shards.tick())
     await server.renewing.wait()  # the renewal is in flight

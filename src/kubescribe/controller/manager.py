@@ -433,7 +433,12 @@ class Manager:
             if key not in by_worker or handover or lost:
                 del self._workers[key]
                 self._providers.drop_worker(key)
-                stopping = self._hand_over(key, worker) if handover else _stop(worker)
+                if handover:
+                    stopping = self._hand_over(key, worker)
+                elif lost:  # another replica writes it now: write nothing more
+                    stopping = worker.abandon()
+                else:
+                    stopping = _stop(worker)
                 task = asyncio.create_task(stopping)
                 task.add_done_callback(lambda _: self._poke.set())
                 self._stopping[key] = task

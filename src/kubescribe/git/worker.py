@@ -218,6 +218,14 @@ class BranchWorker:
             self._run(), name=f"branch-worker {self.key[0]}#{self.branch}"
         )
 
+    async def abandon(self) -> None:
+        """Stop at once without writing what is queued: another replica owns the branch now
+        (the Lease was lost). Nothing queued is acknowledged, so the new owner replays it; a
+        write under way makes no further attempt (a rebuild on the new owner's commits could
+        bring back what it removed)."""
+        self._writer.abandoned.set()
+        await self.stop(timeout=0)
+
     async def stop(self, timeout: float = 30.0) -> bool:
         """Write what is queued, then stop. False if that did not finish within `timeout`
         (what was not pushed is not acknowledged: nothing is lost, it is replayed later)."""

@@ -11,6 +11,7 @@ import os
 import random
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -66,6 +67,11 @@ def cache_problem(cache_dir: Path, exc: BaseException) -> str | None:
     return None
 
 
+class Abandoned(Exception):
+    """The writer gave up its branch (its Lease was lost): a rebuild of queued changes on
+    the new owner's commits could bring back what the new owner already removed."""
+
+
 class Writer:
     """Everything that touches the repository; runs only on the worker's thread."""
 
@@ -100,6 +106,8 @@ class Writer:
         self.tip_known = False
         self.cache = BuildCache()
         self._packs_gauge = metrics.CACHE_PACKS.labels(f"{normalize(url)}#{branch}")
+        # Set from the event loop when another replica took the branch: no further attempt.
+        self.abandoned = threading.Event()
 
     def open(self) -> GitRepository:
         repo = self.repo
@@ -213,6 +221,8 @@ class Writer:
 
     def _write(self, batch: list[Item], targets: Mapping[TargetKey, TargetConfig]) -> Outcome:
         for attempt in range(self.max_rebuilds + 1):
+            if self.abandoned.is_set():
+                raise Abandoned("another replica writes this branch now")
             base = self.remote_tip()
             started = time.perf_counter()
             start = self.start(base, targets)
