@@ -63,12 +63,14 @@ def sees_all(ops: dict[str, Operator]) -> bool:
 
 
 def writer_owners(cp: ControlPlane, ns: str) -> dict[str, str]:
-    """branch -> holder of its writer Lease."""
+    """branch -> holder of its writer Lease, for the writers of this namespace's targets (the
+    replicas also write what earlier tests left in other namespaces of the control plane)."""
     leases = cp.get_json("leases", "-n", ns, "-l", "kubescribe.io/lease=writer")["items"]
     out = {}
     for lease in leases:
-        branch = lease["metadata"]["annotations"]["kubescribe.io/writer"].split(" ")[-1]
-        out[branch] = lease["spec"].get("holderIdentity") or ""
+        namespace, *_, branch = lease["metadata"]["annotations"]["kubescribe.io/writer"].split(" ")
+        if namespace == ns:
+            out[branch] = lease["spec"].get("holderIdentity") or ""
     return out
 
 
