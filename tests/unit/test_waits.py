@@ -80,3 +80,20 @@ def test_no_source_uses_asyncio_wait_for() -> None:
             ):
                 offenders.append(f"{path.relative_to(SRC)}:{node.lineno}")
     assert offenders == [], "use kubescribe.waits (wait_for can lose a cancellation)"
+
+
+async def test_within_holds_its_bound_when_the_awaited_ignores_a_cancellation() -> None:
+    async def deaf() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            await asyncio.sleep(3600)  # a step that swallows the first cancellation
+
+    task = asyncio.ensure_future(deaf())
+    waiting = asyncio.create_task(within(asyncio.shield(task), 0.05))
+    await asyncio.wait({waiting}, timeout=5)
+    assert waiting.done()
+    assert waiting.result() is False
+    task.cancel()
+    await asyncio.sleep(0)
+    assert await within(deaf(), 0.05) is False  # unshielded: cancelled once, not waited for
