@@ -491,6 +491,7 @@ def run(
         stopper=stopper,
     )
     asyncio.run(stopper.run(operator))
+    stopper.end()
 
 
 @main.command()
