@@ -4,11 +4,12 @@ process, drive one branch worker."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -66,6 +67,40 @@ class Operator(OperatorProcess):
     def start(self) -> Operator:
         super().start()
         return self
+
+
+def record_figure(name: str, value: float, group: str) -> None:
+    """Keep a measured figure in .devenv/<group>-figures-<worker>.json, for the closing notes
+    and bench comparisons (tests assert outcomes; durations are only recorded)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    path = Path(__file__).resolve().parent.parent / ".devenv" / f"{group}-figures-{worker}.json"
+    path.parent.mkdir(exist_ok=True)
+    figures = json.loads(path.read_text()) if path.exists() else {}
+    figures[name] = round(value, 2)
+    path.write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
+
+
+@contextlib.contextmanager
+def operators(
+    cp: ControlPlane, workdir: Path, *flags: str, serving: bool = False
+) -> Iterator[Callable[..., Operator]]:
+    """Start `kubescribe run` against `cp` by calling the yielded function (with `flags` and
+    its own; file:// remotes allowed unless `allow_file_urls=False`); with `serving`, each
+    start returns once the metrics endpoint answers. Every process is stopped on exit."""
+    started: list[Operator] = []
+
+    def start(*extra: str, allow_file_urls: bool = True) -> Operator:
+        op = Operator(cp, workdir, *flags, *extra, allow_file_urls=allow_file_urls).start()
+        started.append(op)
+        if serving:
+            wait_for(op.metrics, timeout=30, what="the operator's metrics endpoint")
+        return op
+
+    try:
+        yield start
+    finally:
+        for op in started:
+            op.stop()
 
 
 def condition(

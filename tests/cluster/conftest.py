@@ -32,20 +32,15 @@ from kubescribe.devenv.controlplane import REPO_ROOT
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.sshgit import SshGitServer, sshd_binary
 from tests.manifests import CM_RULE, cm_path, keypair, provider, secret, target, watch_rule
-from tests.support import manifest, wait_for
+from tests.support import manifest, record_figure, wait_for
 
 pytestmark = pytest.mark.cluster
 NAMESPACE = "kubescribe-system"
-WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
-FIGURES = REPO_ROOT / ".devenv" / f"cluster-figures-{WORKER}.json"
 
 
 def record(name: str, value: float) -> None:
     """Keep a measured figure (seconds) in .devenv/cluster-figures-<worker>.json (notes)."""
-    FIGURES.parent.mkdir(exist_ok=True)
-    figures = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
-    figures[name] = round(value, 2)
-    FIGURES.write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
+    record_figure(name, value, "cluster")
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from kubescribe.api.crds import render_crds
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.httpgit import HttpsGitServer, missing_binaries
 from tests.manifests import PASSWORD
-from tests.support import Operator
+from tests.support import Operator, operators
 
 pytestmark = pytest.mark.controlplane
 
@@ -41,16 +41,8 @@ def operator(
 ) -> Iterator[Callable[..., Operator]]:
     """Start `kubescribe run` (call it; extra CLI args allowed; file:// remotes allowed unless
     `allow_file_urls=False`). Stopped and cleaned up after."""
-    started: list[Operator] = []
-
-    def start(*extra: str, allow_file_urls: bool = True) -> Operator:
-        op = Operator(crds, tmp_path / "operator", *extra, allow_file_urls=allow_file_urls).start()
-        started.append(op)
-        return op
-
-    yield start
-    for op in started:
-        op.stop()
+    with operators(crds, tmp_path / "operator") as start:
+        yield start
     crds.kubectl(
         "delete",
         "gitproviders,gittargets,watchrules,commitrequests",

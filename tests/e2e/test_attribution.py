@@ -30,7 +30,15 @@ from tests.manifests import (
     target,
     watch_rule,
 )
-from tests.support import Operator, manifest, metric, wait_for, wait_ready, wait_webhook_registered
+from tests.support import (
+    Operator,
+    manifest,
+    metric,
+    operators,
+    wait_for,
+    wait_ready,
+    wait_webhook_registered,
+)
 
 pytestmark = pytest.mark.controlplane
 
@@ -131,17 +139,8 @@ def ns(audited: Audited) -> str:
 
 @pytest.fixture
 def start_operator(audited: Audited, tmp_path: Path) -> Iterator[Callable[..., Operator]]:
-    started: list[Operator] = []
-
-    def start(*extra: str) -> Operator:
-        op = Operator(audited.cp, tmp_path / "operator", *extra).start()
-        started.append(op)
-        wait_for(op.metrics, timeout=30, what="the operator's metrics endpoint")
-        return op
-
-    yield start
-    for op in started:
-        op.stop()
+    with operators(audited.cp, tmp_path / "operator", serving=True) as start:
+        yield start
 
 
 def setup(audited: Audited, ns: str, remote: BareRemote, window: str = "0s") -> None:

@@ -22,7 +22,15 @@ from kubescribe.devenv.controlplane import AuditWebhook, ControlPlane, free_port
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.pki import CertificateAuthority
 from tests.manifests import CM_RULE, cm_path, provider, target, watch_rule
-from tests.support import Operator, manifest, metric, wait_condition, wait_for, wait_ready
+from tests.support import (
+    Operator,
+    manifest,
+    metric,
+    operators,
+    wait_condition,
+    wait_for,
+    wait_ready,
+)
 
 pytestmark = pytest.mark.controlplane
 
@@ -78,17 +86,8 @@ def ns(audited: Audited) -> str:
 
 @pytest.fixture
 def start_operator(audited: Audited, tmp_path: Path) -> Iterator[Callable[..., Operator]]:
-    started: list[Operator] = []
-
-    def start(*extra: str) -> Operator:
-        op = Operator(audited.cp, tmp_path / "operator", *extra).start()
-        started.append(op)
-        wait_for(op.metrics, timeout=30, what="the operator's metrics endpoint")
-        return op
-
-    yield start
-    for op in started:
-        op.stop()
+    with operators(audited.cp, tmp_path / "operator", serving=True) as start:
+        yield start
 
 
 def grant_configmaps(cp: ControlPlane, ns: str, *subjects: dict[str, str]) -> None:
