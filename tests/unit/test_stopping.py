@@ -96,9 +96,10 @@ async def test_after_a_clean_stop_the_watchdog_leaves_the_exit_to_end() -> None:
 
     run = asyncio.create_task(stopper.run(quick()))
     await asyncio.sleep(0.05)
+    before = set(threading.enumerate())  # other tests' watchdogs may still be waiting
     stopper.signalled(signal.SIGTERM)
+    [watchdog] = [t for t in set(threading.enumerate()) - before if t.name.endswith("watchdog")]
     await asyncio.wait({run}, timeout=5)
-    watchdog = next(t for t in threading.enumerate() if t.name == "kubescribe-stop-watchdog")
     watchdog.join(10)
     assert not watchdog.is_alive()
     assert exits.codes == []

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from click.testing import CliRunner
 
-from kubescribe import app, cli
+from kubescribe import app, cli, stopping
 from kubescribe.git.urlpolicy import UrlRefusal, UrlRefused, check_transfer, check_url
 from kubescribe.net.addresses import NetworkPolicy, network_policy, set_network_policy
 
@@ -198,9 +198,12 @@ def test_run_sets_the_network_policy_from_its_flag(
         seen.append(network_policy().deny_private)
 
     monkeypatch.setattr(app, "run_operator", run_operator)  # `run` imports it when it runs
+    ended: list[bool] = []  # after a clean stop, `run` exits the process (not here)
+    monkeypatch.setattr(stopping.Stopper, "end", lambda _: ended.append(True))
     try:
         result = CliRunner().invoke(cli.main, ["run", *args])
     finally:
         set_network_policy(NetworkPolicy())
     assert result.exit_code == 0, result.output
     assert seen == [denied]
+    assert ended == [True]
