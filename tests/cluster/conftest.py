@@ -236,7 +236,9 @@ def install(cluster: Cluster, image: Image) -> Iterator[Callable[..., Release]]:
         releases.append(rel)
         done = cluster.helm(
             "install", name, str(REPO_ROOT / "charts" / "kubescribe"), "-n", NAMESPACE,
-            "--create-namespace", *(["--wait", "--timeout=120s"] if wait else []), *args,
+            # The CRDs an earlier release left (crds.keep) are adopted by this one.
+            "--create-namespace", "--take-ownership",
+            *(["--wait", "--timeout=120s"] if wait else []), *args,
             check=False,
         )  # fmt: skip
         assert done.returncode == 0, f"{done.stderr}\n{rel.logs()}"
