@@ -222,7 +222,9 @@ def install(cluster: Cluster, image: Image) -> Iterator[Callable[..., Release]]:
     """helm install --wait of the chart (its own ServiceAccount; uninstalled afterwards)."""
     releases: list[Release] = []
 
-    def run(name: str, *values: str, wait: bool = True) -> Release:
+    def run(
+        name: str, *values: str, wait: bool = True, files: dict[str, Path] | None = None
+    ) -> Release:
         rel = Release(cluster, name)
         rel.values = [
             f"image.repository={image.repository}",
@@ -232,6 +234,7 @@ def install(cluster: Cluster, image: Image) -> Iterator[Callable[..., Release]]:
             *values,
         ]
         args = [f"--set={v}" for v in rel.values]
+        args += [f"--set-file={key}={path}" for key, path in (files or {}).items()]
         t0 = time.monotonic()
         releases.append(rel)
         done = cluster.helm(

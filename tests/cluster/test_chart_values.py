@@ -335,6 +335,25 @@ NEW_VALUES = [
     ["--set=networkPolicy.git.cidrs={2001:db8::/32}", "--set=networkPolicy.git.ports={22}"],
     ["--set=networkPolicy.redisTo[0].namespaceSelector.matchLabels.redis=yes"],
     ["--set=networkPolicy.extraEgress[0].ports[0].port=3128"],
+    ["--set=crds.enabled=false"],
+    ["--set=crds.keep=false"],
+    [
+        "--set=bootstrap.enabled=true",
+        "--set=bootstrap.namespace=team-a",
+        "--set=bootstrap.url=ssh://git@git.example/r.git",
+        "--set=bootstrap.sshKey=k",
+        "--set=bootstrap.knownHosts=h",
+        "--set=bootstrap.provider.push.commitWindow=1s",
+        "--set=bootstrap.target.suspend=true",
+        "--set=bootstrap.branch=audit",
+        "--set=bootstrap.path=team-a",
+        "--set=bootstrap.rules[0].resources[0]=services",
+    ],
+    [
+        "--set=bootstrap.enabled=true",
+        "--set=bootstrap.url=git@h:r",
+        "--set=bootstrap.existingSecret=s",
+    ],
 ]
 
 # The same values mistyped: the schema names the path it refused.
@@ -357,6 +376,13 @@ MISTYPED = [
     (["--set=networkPolicy.git.port=22"], "/networkPolicy/git"),
     (["--set=networkPolicy.redisTo[0].ipBlock.except={x}"], "/networkPolicy/redisTo/0"),
     (["--set=networkPolicy.egress[0].ports[0].port=1"], "/networkPolicy"),
+    (["--set=crds.enabled=yes"], "/crds/enabled"),
+    (["--set=crds.install=true"], "/crds"),
+    (["--set=bootstrap.enabled=on"], "/bootstrap/enabled"),
+    (["--set=bootstrap.url=ftp://h/r"], "/bootstrap/url"),
+    (["--set=bootstrap.rules[0].apiGroups[0]=apps"], "/bootstrap/rules/0"),
+    (["--set=bootstrap.target.path=x"], "/bootstrap/target/path"),
+    (["--set=bootstrap.sshkey=x"], "/bootstrap"),
 ]
 
 
