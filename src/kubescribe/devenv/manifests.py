@@ -94,9 +94,11 @@ def render_deploy(helm: Path) -> str:
 
 
 def main() -> None:
+    from kubescribe.devenv import chartdoc  # noqa: PLC0415
     from kubescribe.devenv.cluster import cluster_tools  # noqa: PLC0415 - builds helm if missing
 
     CHART_CRDS.write_text(render_crd_template())
+    chartdoc.main()  # the chart's README and Artifact Hub annotations
     DEPLOY.write_text(render_deploy(cluster_tools().helm))
     print(f"wrote {CHART_CRDS.relative_to(REPO_ROOT)} and {DEPLOY.relative_to(REPO_ROOT)}")
 
