@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from kubescribe import cli
 from kubescribe.controller.streams import StreamSpec
 from kubescribe.controller.webhooks import registration
 from kubescribe.mirror.changes import TargetKey
@@ -79,3 +81,9 @@ def test_a_configuration_name_the_api_server_would_refuse_is_a_usage_error(name:
 
 def test_a_valid_configuration_name_is_accepted() -> None:
     assert AttributionOptions(changes_webhook_name="rel-kubescribe-attribution").problems() == []
+
+
+def test_the_cli_refuses_a_configuration_name_before_starting() -> None:
+    result = CliRunner().invoke(cli.main, ["run", "--changes-webhook-name=Team_A"])
+    assert result.exit_code == 2
+    assert "--changes-webhook-name 'Team_A'" in result.output
