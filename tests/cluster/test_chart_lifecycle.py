@@ -1,6 +1,7 @@
 """The chart's life cycle in a real cluster: `helm upgrade` brings a new CRD field (the CRDs
 are templates), `helm uninstall` leaves the CRDs (crds.keep) and no webhook configuration the
-operator registered, and the bootstrap values make starter objects that mirror at once."""
+operator registered, the bootstrap values make starter objects that mirror at once, and an
+install whose CRDs came from a crds/ folder upgrades as docs/install.md says."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from kubescribe.api.crds import crd_manifests
+from kubescribe.api.crds import crd_manifests, render_crds
 from kubescribe.devenv.cluster import NODE_IP, Cluster
 from kubescribe.devenv.manifests import CHART, render_crd_template
-from tests.cluster.conftest import NAMESPACE, Release, Repo
+from tests.cluster.conftest import NAMESPACE, Image, Release, Repo
 from tests.manifests import provider
 from tests.support import wait_condition, wait_for
 
@@ -175,3 +176,53 @@ def test_bootstrap_values_make_starter_objects_that_mirror(
     cluster.helm("uninstall", "boot", "-n", NAMESPACE, "--wait", "--timeout=60s")
     for kind in ("gitprovider", "gittarget", "watchrule"):
         assert cluster.kubectl("get", kind, name, "-n", ns, check=False).returncode == 0
+
+
+def crd_ref(name: str) -> str:
+    return f"customresourcedefinition.apiextensions.k8s.io/{name}"  # as `kubectl get -o name`
+
+
+def test_an_install_whose_crds_came_from_the_crds_folder_upgrades_once_they_are_marked(
+    cluster: Cluster, image: Image, tmp_path: Path
+) -> None:
+    """The upgrade note of docs/install.md: CRDs a chart installed from crds/ have no Helm
+    ownership; the first upgrade to templated CRDs is refused until they are marked."""
+    old = tmp_path / "kubescribe"
+    shutil.copytree(CHART, old)
+    (old / "templates" / "crds.yaml").unlink()
+    (old / "crds").mkdir()
+    (old / "crds" / "kubescribe.yaml").write_text(render_crds())
+    for crd in CRDS:  # as that chart leaves them: no Helm ownership
+        if cluster.kubectl("get", "crd", crd, check=False).returncode == 0:
+            cluster.kubectl("label", "crd", crd, "app.kubernetes.io/managed-by-")
+            ownership = ("meta.helm.sh/release-name-", "meta.helm.sh/release-namespace-")
+            cluster.kubectl("annotate", "crd", crd, *ownership, "helm.sh/resource-policy-")
+    common = [
+        *("-n", NAMESPACE, "--wait", "--timeout=120s"),
+        f"--set=image.repository={image.repository}",
+        f"--set=image.tag={image.tag}",
+        "--set=image.pullPolicy=Never",
+    ]
+    try:
+        cluster.helm("install", "old", str(old), "--create-namespace", *common)
+        refused = cluster.helm("upgrade", "old", str(CHART), *common, check=False)
+        assert refused.returncode != 0
+        assert "invalid ownership metadata" in refused.stderr, refused.stderr
+        for crd in CRDS:  # the loop of docs/install.md
+            cluster.kubectl(
+                "label", crd_ref(crd), "app.kubernetes.io/managed-by=Helm", "--overwrite"
+            )
+            ownership = (
+                "meta.helm.sh/release-name=old",
+                f"meta.helm.sh/release-namespace={NAMESPACE}",
+            )
+            cluster.kubectl("annotate", crd_ref(crd), *ownership, "--overwrite")
+        cluster.helm("upgrade", "old", str(CHART), *common)
+        for crd in CRDS:
+            annotations = cluster.get_json("crd", crd)["metadata"]["annotations"]
+            assert annotations["helm.sh/resource-policy"] == "keep"
+            assert annotations["meta.helm.sh/release-name"] == "old"
+    finally:
+        cluster.helm("uninstall", "old", "-n", NAMESPACE, "--wait", "--timeout=60s", check=False)
+    for crd in CRDS:
+        assert cluster.kubectl("get", "crd", crd, check=False).returncode == 0, crd
