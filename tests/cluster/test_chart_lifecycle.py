@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 from kubescribe.api.crds import crd_manifests, render_crds
 from kubescribe.devenv.cluster import NODE_IP, Cluster
 from kubescribe.devenv.manifests import CHART, render_crd_template
-from tests.cluster.conftest import NAMESPACE, Image, Release, Repo
+from tests.cluster.conftest import NAMESPACE, Image, Release, Repo, record
 from tests.manifests import provider
 from tests.support import wait_condition, wait_for
 
@@ -58,6 +59,7 @@ def test_helm_upgrade_brings_a_new_crd_field_and_uninstall_keeps_the_crds(
 
     chart = chart_with_a_new_provider_field(tmp_path)
     values = [f"--set={v}" for v in rel.values]
+    t0 = time.monotonic()
     cluster.helm("upgrade", "crdup", str(chart), "-n", NAMESPACE, "--wait", "--timeout=120s",
                  *values)  # fmt: skip
     live = cluster.get_json("crd", "gitproviders.kubescribe.io")
@@ -69,6 +71,8 @@ def test_helm_upgrade_brings_a_new_crd_field_and_uninstall_keeps_the_crds(
         return done.returncode == 0
 
     wait_for(accepted, timeout=30, what="a GitProvider with spec.note accepted")
+    record("helm upgrade --wait to a new CRD field, until an object using it is accepted",
+           time.monotonic() - t0)  # fmt: skip
     stored = cluster.get_json("gitprovider", "noted", "-n", ns)
     assert stored["spec"]["note"] == "from the next version"
     cluster.kubectl("delete", "gitprovider", "noted", "-n", ns)
@@ -121,13 +125,16 @@ def test_uninstall_leaves_no_webhook_configuration(
         "validatingwebhookconfigurations/hooks-kubescribe-commitrequests",
     ]
 
+    t0 = time.monotonic()
     cluster.helm("uninstall", "hooks", "-n", NAMESPACE, "--wait", "--timeout=60s")
-    wait_for(lambda: not rel.pods(terminating=True), timeout=60, what="Pods gone")
     wait_for(
         lambda: webhook_configurations(cluster, "hooks-") == [],
         timeout=60,
         what="no webhook configuration of the release (garbage collected)",
     )
+    record("helm uninstall until no webhook configuration is left", time.monotonic() - t0)
+    wait_for(lambda: not rel.pods(terminating=True), timeout=60, what="Pods gone")
+    assert webhook_configurations(cluster, "hooks-") == []  # not registered again on the way out
 
 
 def test_bootstrap_values_make_starter_objects_that_mirror(
