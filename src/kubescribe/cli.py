@@ -154,6 +154,13 @@ def _attribution_options(command: Callable[..., None]) -> Callable[..., None]:
             help="CA (PEM) of the webhook's serving certificate, for the registration's caBundle.",
         ),
         click.option(
+            "--changes-webhook-name",
+            default="kubescribe-attribution",
+            show_default=True,
+            help="Name of that ValidatingWebhookConfiguration: one per install (the chart: "
+            "<release>-attribution).",
+        ),
+        click.option(
             "--webhook-allow-anonymous",
             is_flag=True,
             help="Accept admission reviews without a client certificate: for managed clusters, "
@@ -363,6 +370,15 @@ def _certificate_options(command: Callable[..., None]) -> Callable[..., None]:
     "`kustomize` on PATH; without one, such targets report RenderMatchesLive=Unknown / "
     "RenderCheckUnavailable and are still written).",
 )
+@click.option(
+    "--owner-cluster-role",
+    default="",
+    metavar="NAME",
+    help="Give what the operator creates cluster-wide (the change webhook's "
+    "ValidatingWebhookConfiguration) an ownerReference to the ClusterRole NAME, so that the "
+    "garbage collector deletes it with the ClusterRole (the chart: its own, on helm "
+    "uninstall). '' = no owner.",
+)
 @_attribution_options
 @_certificate_options
 def run(
@@ -383,6 +399,7 @@ def run(
     lease_duration: float,
     shutdown_timeout: float,
     kustomize_binary: str,
+    owner_cluster_role: str,
     webhook_cert_secret: str,
     webhook_cert_namespace: str,
     webhook_cert_hosts: tuple[str, ...],
@@ -486,6 +503,7 @@ def run(
         kustomize=kustomize,
         cache_quota=quota,
         sharing=Sharing(replica_id, lease_namespace, lease_duration),
+        owner_cluster_role=owner_cluster_role,
         attribution_options=attribution_options,
         certificates=certificates,
         stopper=stopper,

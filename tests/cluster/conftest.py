@@ -217,7 +217,9 @@ def install(cluster: Cluster, image: Image) -> Iterator[Callable[..., Release]]:
     """helm install --wait of the chart (its own ServiceAccount; uninstalled afterwards)."""
     releases: list[Release] = []
 
-    def run(name: str, *values: str, wait: bool = True) -> Release:
+    def run(
+        name: str, *values: str, wait: bool = True, files: dict[str, Path] | None = None
+    ) -> Release:
         rel = Release(cluster, name)
         rel.values = [
             f"image.repository={image.repository}",
@@ -227,11 +229,14 @@ def install(cluster: Cluster, image: Image) -> Iterator[Callable[..., Release]]:
             *values,
         ]
         args = [f"--set={v}" for v in rel.values]
+        args += [f"--set-file={key}={path}" for key, path in (files or {}).items()]
         t0 = time.monotonic()
         releases.append(rel)
         done = cluster.helm(
             "install", name, str(REPO_ROOT / "charts" / "kubescribe"), "-n", NAMESPACE,
-            "--create-namespace", *(["--wait", "--timeout=120s"] if wait else []), *args,
+            # The CRDs an earlier release left (crds.keep) are adopted by this one.
+            "--create-namespace", "--take-ownership",
+            *(["--wait", "--timeout=120s"] if wait else []), *args,
             check=False,
         )  # fmt: skip
         assert done.returncode == 0, f"{done.stderr}\n{rel.logs()}"

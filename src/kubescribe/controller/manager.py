@@ -35,6 +35,7 @@ from kubescribe.controller.object_status import (
     rule_conditions,
     target_status,
 )
+from kubescribe.controller.owner import ClusterRoleOwner
 from kubescribe.controller.providers import Providers
 from kubescribe.controller.shards import Shards
 from kubescribe.controller.status import (
@@ -44,6 +45,7 @@ from kubescribe.controller.status import (
 )
 from kubescribe.controller.streams import StreamSpec, TargetStream
 from kubescribe.controller.tenantreads import TenantReadReviews
+from kubescribe.controller.webhooks import NAME as WEBHOOK_NAME
 from kubescribe.controller.webhooks import ChangeWebhook
 from kubescribe.git.cachequota import NamespaceCache
 from kubescribe.git.targets import Committer, KustomizeConfig, TargetConfig, WriteReport
@@ -106,6 +108,9 @@ class Settings:
     allow_insecure_cluster_tls: bool = False  # ClusterProvider kubeconfigs without TLS checks
     # (URL, current CA bundle PEM): register it for attribution
     changes_webhook: tuple[str, Callable[[], bytes]] | None = None
+    changes_webhook_name: str = WEBHOOK_NAME  # its ValidatingWebhookConfiguration
+    # set: what the operator creates cluster-wide is owned by this ClusterRole (helm uninstall)
+    owner_cluster_role: str = ""
     attribution_sources: tuple[str, ...] = ()  # audit, admission: what can name authors
     kustomize: str | None = None  # the kustomize binary for GitTarget render checks
     cache_quota: int = 0  # bytes each namespace's clones may hold in the cache (0: no quota)
@@ -180,7 +185,16 @@ class Manager:
         self._owned: frozenset[WorkerKey] = frozenset()
         self._plan_failures: frozenset[Failure] = frozenset()
         self._webhook = (
-            ChangeWebhook(client, *self.settings.changes_webhook)
+            ChangeWebhook(
+                client,
+                *self.settings.changes_webhook,
+                name=self.settings.changes_webhook_name,
+                owner=(
+                    ClusterRoleOwner(client, self.settings.owner_cluster_role)
+                    if self.settings.owner_cluster_role
+                    else None
+                ),
+            )
             if self.settings.changes_webhook
             else None
         )
