@@ -4,8 +4,10 @@ failure through it is reported, and that proxy credentials never show."""
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 from pygit2.enums import CredentialType
 
+from kubescribe import cli
 from kubescribe.git.transport.callbacks import remote_callbacks
 from kubescribe.git.transport.errors import GitFailure, TransportRefused
 from kubescribe.git.transport.proxy import (
@@ -244,3 +246,13 @@ def test_credentials_are_not_sent_in_clear_text_through_a_proxy() -> None:
         "https://git.example.com/r.git", None, CredentialType.USERPASS_PLAINTEXT
     )
     assert answer.credential_tuple == ("bob", "hunter2")
+
+
+def test_kubescribe_run_refuses_an_unusable_proxy_at_start() -> None:
+    result = CliRunner().invoke(
+        cli.main, ["run"], env={"HTTPS_PROXY": "socks5://alice:hunter2@proxy:1080"}
+    )
+    assert result.exit_code == 2
+    assert "HTTPS_PROXY" in result.output
+    assert "only http:// and https://" in result.output
+    assert "hunter2" not in result.output
