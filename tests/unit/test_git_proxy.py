@@ -8,6 +8,8 @@ from click.testing import CliRunner
 from pygit2.enums import CredentialType
 
 from kubescribe import cli
+from kubescribe.git import worker
+from kubescribe.git.repo import RemoteUnavailable
 from kubescribe.git.transport.callbacks import remote_callbacks
 from kubescribe.git.transport.errors import GitFailure, TransportRefused
 from kubescribe.git.transport.proxy import (
@@ -256,3 +258,9 @@ def test_kubescribe_run_refuses_an_unusable_proxy_at_start() -> None:
     assert "HTTPS_PROXY" in result.output
     assert "only http:// and https://" in result.output
     assert "hunter2" not in result.output
+
+
+def test_a_proxy_that_does_not_answer_is_retried_as_soon_as_an_unreachable_remote() -> None:
+    unreachable = worker._retry_cap(RemoteUnavailable("x"))
+    assert worker._retry_cap(RemoteUnavailable("x", "ProxyUnreachable")) == unreachable
+    assert worker._retry_cap(RemoteUnavailable("x", "ProxyRefused")) > unreachable
