@@ -26,6 +26,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,7 @@ import pytest
 from kubescribe.devenv.cluster import NODE_IP, Cluster, ClusterTools
 from kubescribe.devenv.controlplane import REPO_ROOT
 from kubescribe.devenv.sshgit import SshGitServer
-from tests.cluster.conftest import NAMESPACE, Image
+from tests.cluster.conftest import NAMESPACE, Image, record
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
@@ -179,6 +180,7 @@ def test_the_quickstart_runs_as_written_to_a_commit_by_the_user(
     work = tmp_path / "work"
     work.mkdir()
     ran: list[str] = []
+    t0 = time.monotonic()
     for block in blocks(DOC.read_text()):
         if block.marker == SKIP:
             continue
@@ -213,6 +215,7 @@ def test_the_quickstart_runs_as_written_to_a_commit_by_the_user(
         return None
 
     commit = wait_for(commit_of_the_change, timeout=60, what="the commit of the ConfigMap")
+    record("quickstart: helm install to the user's commit", time.monotonic() - t0)
     assert commit["author"] == USER, commit
     assert commit["committer"] != USER
     assert "greeting: hello" in remote.read(path)

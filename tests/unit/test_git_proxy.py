@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 from pygit2.enums import CredentialType
 
 from kubescribe import cli
@@ -264,3 +266,15 @@ def test_a_proxy_that_does_not_answer_is_retried_as_soon_as_an_unreachable_remot
     unreachable = worker._retry_cap(RemoteUnavailable("x"))
     assert worker._retry_cap(RemoteUnavailable("x", "ProxyUnreachable")) == unreachable
     assert worker._retry_cap(RemoteUnavailable("x", "ProxyRefused")) > unreachable
+
+
+@given(st.text(max_size=80), st.text(max_size=80), st.text(max_size=80))
+def test_any_environment_is_read_or_refused_with_proxy_config_error(
+    https: str, no_proxy: str, url: str
+) -> None:
+    try:
+        settings = ProxySettings.from_environ({"HTTPS_PROXY": https, "NO_PROXY": no_proxy})
+    except ProxyConfigError:
+        return
+    chosen = settings.proxy_for(url)
+    assert chosen is None or chosen == settings.https

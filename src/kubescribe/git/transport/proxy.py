@@ -25,7 +25,7 @@ import os
 import re
 import socket
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from kubescribe.git.transport.errors import GitFailure
@@ -71,19 +71,16 @@ class ProxySettings:
     http: str | None = None
     no_proxy: tuple[NoProxyEntry, ...] = ()
     no_proxy_all: bool = False
-    sources: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> ProxySettings:
         """Read `https_proxy`, `http_proxy` and `no_proxy` (lowercase first, then uppercase);
         `ProxyConfigError` for a value that cannot be used."""
-        sources: list[str] = []
 
         def read(name: str) -> str | None:
             for variant in (name.lower(), name.upper()):
                 value = environ.get(variant, "").strip()
                 if value:
-                    sources.append(variant)
                     return value
             return None
 
@@ -96,7 +93,6 @@ class ProxySettings:
             http=_proxy_url("HTTP_PROXY", http) if http else None,
             no_proxy=entries,
             no_proxy_all=everything,
-            sources=tuple(sources),
         )
 
     def proxy_for(self, url: str) -> str | None:
