@@ -1,10 +1,14 @@
 """Git over HTTPS through a real proxy (Debian tinyproxy on loopback) in front of the real
 HTTPS git server: `HTTPS_PROXY` is honoured by fetch, push, the default-branch lookup and the
 provider probe; `NO_PROXY` bypasses it; SSH is never proxied; a proxy that does not answer or
-refuses has its own status reason; the proxy never sees the Secret's credentials."""
+refuses has its own status reason; basic auth to the proxy comes from the proxy URL, and the
+proxy never sees the Secret's credentials (a tunnelling proxy in the test keeps every request
+head it was sent)."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import functools
 import itertools
 import os
@@ -202,26 +206,75 @@ def test_a_proxy_that_refuses_is_proxy_refused(
     assert "HTTP 403" in str(failed.value)
 
 
-class _RecordingProxy:
-    """Takes one CONNECT, keeps every byte the client sent before the tunnel, refuses it."""
+class _TunnelProxy:
+    """A CONNECT proxy that wants basic auth `pu`/`pp` (407 until it gets it, on the same
+    connection), keeps every request head it was sent, and then tunnels the bytes."""
 
     def __init__(self) -> None:
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
-        self.seen = b""
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+        self.heads: list[str] = []
+        threading.Thread(target=self._accept, daemon=True).start()
 
-    def _serve(self) -> None:
-        conn, _ = self.server.accept()
-        with conn:
-            while b"\r\n\r\n" not in self.seen:
-                chunk = conn.recv(4096)
-                if not chunk:
-                    break
-                self.seen += chunk
-            conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+    def url(self, userinfo: str = "") -> str:
+        return f"http://{userinfo}127.0.0.1:{self.port}"
+
+    def close(self) -> None:
         self.server.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        wanted = "basic " + base64.b64encode(b"pu:pp").decode().lower()
+        with conn:
+            data = b""
+            while True:
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        return
+                    data += chunk
+                raw, data = data.split(b"\r\n\r\n", 1)
+                head = raw.decode(errors="replace")
+                self.heads.append(head)
+                fields = [line.split(":", 1) for line in head.split("\r\n")[1:]]
+                auth = [v.strip().lower() for k, v in fields if k.lower() == "proxy-authorization"]
+                if auth == [wanted]:
+                    break
+                conn.sendall(
+                    b"HTTP/1.1 407 Proxy Authentication Required\r\n"
+                    b'Proxy-Authenticate: Basic realm="test"\r\nContent-Length: 0\r\n\r\n'
+                )
+            host, port = head.split()[1].rsplit(":", 1)
+            with socket.create_connection((host, int(port))) as upstream:
+                conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                upstream.sendall(data)
+                threading.Thread(target=_pump, args=(upstream, conn), daemon=True).start()
+                _pump(conn, upstream)
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    try:
+        while chunk := source.recv(65536):
+            sink.sendall(chunk)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+
+@pytest.fixture
+def tunnel() -> Iterator[_TunnelProxy]:
+    proxy = _TunnelProxy()
+    yield proxy
+    proxy.close()
 
 
 @pytest.mark.parametrize(
@@ -229,25 +282,54 @@ class _RecordingProxy:
     [{"username": "writer", "password": PASSWORD}, {"bearerToken": TOKEN}],
     ids=["basic", "bearer"],
 )
-def test_the_proxy_never_sees_the_secret_s_credentials(
-    https_server: HttpsGitServer, repo: BareRemote, tmp_path: Path, data: dict[str, str]
+def test_proxy_credentials_reach_the_proxy_and_the_secret_s_never_do(
+    https_server: HttpsGitServer,
+    repo: BareRemote,
+    tunnel: _TunnelProxy,
+    tmp_path: Path,
+    data: dict[str, str],
 ) -> None:
-    recorder = _RecordingProxy()
     url = https_server.url_for(repo.path.name)
-    settings = ProxySettings.from_environ({"HTTPS_PROXY": f"127.0.0.1:{recorder.port}"})
+    settings = ProxySettings.from_environ({"HTTPS_PROXY": tunnel.url("pu:pp@")})
     creds = _creds(https_server, **data)
+    cache = GitRepository(
+        url, tmp_path, functools.partial(remote_callbacks, creds, url), lambda: settings
+    )
+    _commit_and_push(cache, repo, "authenticated-proxy.txt")
+    assert tunnel.heads
+    assert all(
+        h.startswith(f"CONNECT 127.0.0.1:{https_server.port} HTTP/1.1") for h in tunnel.heads
+    )
+    seen = "\n".join(tunnel.heads).lower()
+    assert "proxy-authorization: basic" in seen
+    assert "\nauthorization" not in seen
+    for value in (PASSWORD, TOKEN, "writer"):
+        assert value.lower() not in seen
+
+
+@pytest.mark.parametrize("userinfo", ["", "pu:wrong-proxy-password@"], ids=["none", "wrong"])
+def test_missing_or_wrong_proxy_credentials_are_proxy_refused_without_the_password(
+    https_server: HttpsGitServer,
+    repo: BareRemote,
+    tunnel: _TunnelProxy,
+    tmp_path: Path,
+    userinfo: str,
+) -> None:
+    url = https_server.url_for(repo.path.name)
+    creds = _creds(https_server, username="writer", password=PASSWORD)
+    settings = ProxySettings.from_environ({"HTTPS_PROXY": tunnel.url(userinfo)})
     cache = GitRepository(
         url, tmp_path, functools.partial(remote_callbacks, creds, url), lambda: settings
     )
     with pytest.raises(RemoteUnavailable) as failed:
         cache.fetch("main")
-    recorder.thread.join(timeout=10)
     assert failed.value.reason == "ProxyRefused"
-    assert recorder.seen.startswith(f"CONNECT 127.0.0.1:{https_server.port} HTTP/1.1\r\n".encode())
-    head = recorder.seen.decode(errors="replace").lower()
-    assert "authorization" not in head
-    for value in (PASSWORD, TOKEN, "writer"):
-        assert value.lower() not in head
+    assert "wants credentials" in str(failed.value)
+    result = probe_remote(url, creds, tmp_path / "probe", proxies=settings)
+    assert (result.read.status, result.read.reason) == ("False", "ProxyRefused")
+    for message in (str(failed.value), result.read.message):
+        assert "wrong-proxy-password" not in message
+    assert PASSWORD.lower() not in "\n".join(tunnel.heads).lower()
 
 
 def test_ssh_remotes_are_not_proxied_and_still_work(

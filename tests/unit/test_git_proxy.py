@@ -176,7 +176,7 @@ def _never(host: str, port: int) -> bool:
         (
             "proxy authentication required but no callback set",
             GitFailure.AUTHENTICATION_FAILED,
-            "asks for credentials",
+            "wants credentials",
         ),
         ("proxy returned unexpected status: 407", GitFailure.TRANSFER_FAILED, "credentials"),
         ("proxy returned unexpected status: 403", GitFailure.PERMISSION_DENIED, "HTTP 403"),

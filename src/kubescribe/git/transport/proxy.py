@@ -264,8 +264,8 @@ def proxy_failure(
     status = _PROXY_STATUS.search(text)
     if _PROXY_AUTH.search(text) or (status is not None and status[1] == "407"):
         return GitFailure.PROXY_REFUSED, (
-            f"the proxy {shown} asks for credentials (put them in the proxy URL's user "
-            f"info): {message}"
+            f"the proxy {shown} wants credentials, and the proxy URL has none or they were "
+            f"refused (they go in its user info: http://user:password@host:port): {message}"
         )
     if status is not None and status[1].startswith("5"):
         return GitFailure.REMOTE_UNREACHABLE, (
