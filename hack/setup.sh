@@ -16,7 +16,7 @@ esac
 
 APT_PACKAGES=(git)
 if ! $demo; then
-  APT_PACKAGES+=(redis-server age openssh-server openssh-client nginx fcgiwrap shellcheck yamllint)
+  APT_PACKAGES+=(redis-server age openssh-server openssh-client nginx fcgiwrap tinyproxy shellcheck yamllint)
   # The single-node cluster (tests/cluster): container runtime, CNI plugins, image tooling.
   APT_PACKAGES+=(containerd runc containernetworking-plugins mmdebstrap buildah iproute2 util-linux)
 fi

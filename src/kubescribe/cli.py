@@ -479,6 +479,14 @@ def run(
         quota = parse_size(cache_quota)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--cache-quota-per-namespace") from None
+    from kubescribe.git.transport.proxy import ProxyConfigError, process_settings  # noqa: PLC0415
+
+    try:  # read again for every Git transfer; refused here rather than at the first one
+        proxies = process_settings()
+    except ProxyConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    if proxy_settings := proxies.describe():
+        structlog.get_logger(__name__).info("git.proxy", **proxy_settings)
     kustomize = shutil.which(kustomize_binary or "kustomize")
     if kustomize_binary and kustomize is None:
         raise click.BadParameter(

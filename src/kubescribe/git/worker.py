@@ -474,12 +474,15 @@ class _Last:
     kustomization: str | None = None
 
 
+_UNREACHABLE = frozenset({RemoteUnavailable.default_reason, c.PROXY_UNREACHABLE})
+
+
 def _retry_cap(exc: Exception) -> float:
-    """The longest wait between attempts: a remote that cannot be reached, a cache disk that
-    is full, or contention with other writers of the cache, is tried again every few seconds,
-    so its end is noticed soon; other failures (credentials, a hook, the signing key) wait
-    longer, and a change to their cause cuts the wait short."""
-    if isinstance(exc, RemoteUnavailable) and exc.reason == RemoteUnavailable.default_reason:
+    """The longest wait between attempts: a remote (or the proxy before it) that cannot be
+    reached, a cache disk that is full, or contention with other writers of the cache, is tried
+    again every few seconds, so its end is noticed soon; other failures (credentials, a hook,
+    the signing key) wait longer, and a change to their cause cuts the wait short."""
+    if isinstance(exc, RemoteUnavailable) and exc.reason in _UNREACHABLE:
         return RETRY_MAX_UNREACHABLE
     if isinstance(exc, CacheUnwritable | LocalRefMissing | CacheBusy):
         return RETRY_MAX_UNREACHABLE  # space, or the other writer's turn, may end any moment
