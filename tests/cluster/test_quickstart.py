@@ -127,8 +127,7 @@ def quickstart_cleanup(cluster: Cluster) -> Iterator[None]:
     for args in (
         ("namespace", "demo"),
         ("clusterrolebinding", f"quickstart-{USER}"),
-        ("validatingwebhookconfiguration", "kubescribe-attribution"),
-    ):
+    ):  # the change webhook's configuration goes with the release (owned by its ClusterRole)
         cluster.kubectl("delete", *args, "--ignore-not-found", "--wait=false", check=False)
 
 
