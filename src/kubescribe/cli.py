@@ -524,6 +524,60 @@ def run(
 @click.option("--kubeconfig", type=click.Path(exists=True, path_type=Path), envvar="KUBECONFIG")
 @click.option("--context", default=None)
 @click.option(
+    "--namespace",
+    default=None,
+    help="Where the operator runs (default: found by its label in every namespace).",
+)
+@click.option(
+    "--operator-url",
+    default=None,
+    help="Read the metrics of an operator run as a process here (e.g. http://127.0.0.1:8080) "
+    "instead of through the API server from its Pods.",
+)
+@click.option(
+    "--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+def check(
+    kubeconfig: Path | None,
+    context: str | None,
+    namespace: str | None,
+    operator_url: str | None,
+    output: str,
+) -> None:
+    """Check the whole install: one line per check, the fix under each failure; exit 1 when
+    anything fails."""
+    import asyncio  # noqa: PLC0415
+
+    from kubescribe import __version__  # noqa: PLC0415
+    from kubescribe.checkup.gather import gather  # noqa: PLC0415
+    from kubescribe.checkup.verdicts import (  # noqa: PLC0415
+        Verdict,
+        as_json,
+        failed,
+        table,
+        verdicts,
+    )
+    from kubescribe.kube.client import KubeClient  # noqa: PLC0415
+
+    async def read() -> list[Verdict]:
+        client = await KubeClient.connect(kubeconfig, context)
+        try:
+            facts = await gather(
+                client, namespace=namespace, operator_url=operator_url, version=__version__
+            )
+        finally:
+            await client.close()
+        return verdicts(facts)
+
+    found = asyncio.run(read())
+    click.echo(as_json(found) if output == "json" else table(found))
+    raise SystemExit(1 if failed(found) else 0)
+
+
+@main.command()
+@click.option("--kubeconfig", type=click.Path(exists=True, path_type=Path), envvar="KUBECONFIG")
+@click.option("--context", default=None)
+@click.option(
     "--repo",
     "repo_dir",
     required=True,

@@ -206,6 +206,20 @@ AUDIT_EVENTS = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
+AUDIT_LAST_EVENT = Gauge(
+    "kubescribe_audit_last_event_timestamp_seconds",
+    "Unix time of the last audit batch received on a route (0: none yet); absent without an "
+    "audit receiver.",
+    ["route"],
+    registry=REGISTRY,
+)
+REDIS_UP = Gauge(
+    "kubescribe_redis_up",
+    "1 while the last Redis operation of a store (facts) succeeded, 0 after a failure; "
+    "absent without Redis.",
+    ["store"],
+    registry=REGISTRY,
+)
 AUDIT_REQUESTS = Counter(
     "kubescribe_audit_requests_total",
     "Audit webhook requests, by HTTP status code.",

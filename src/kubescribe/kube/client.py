@@ -163,6 +163,21 @@ class KubeClient:
     async def get(self, path: str, **kwargs: Any) -> Any:
         return await self.request("GET", path, **kwargs)
 
+    async def get_text(self, path: str, timeout: float = 10) -> str:
+        """A GET whose answer is not JSON (metrics and health through the API server's proxy)."""
+        if self._limit is not None:
+            await self._limit.take()
+        async with self._session.get(
+            self.host + path,
+            headers=self._headers("*/*"),
+            timeout=aiohttp.ClientTimeout(total=timeout),
+            allow_redirects=self._redirects,
+        ) as resp:
+            payload = await resp.read()
+            if resp.status >= 300:
+                raise _api_error(resp.status, payload)
+            return payload.decode("utf-8", "replace")
+
     async def merge_patch(self, path: str, body: Any) -> Any:
         return await self.request("PATCH", path, body=body, content_type=MERGE_PATCH)
 
@@ -218,5 +233,5 @@ def _api_error(status: int, payload: bytes) -> ApiError:
     try:
         doc = json.loads(payload)
         return ApiError(status, str(doc.get("reason", "")), str(doc.get("message", "")))
-    except ValueError:
+    except (ValueError, AttributeError):  # not JSON, or JSON that is not a Status
         return ApiError(status, "", payload[:200].decode(errors="replace"))
