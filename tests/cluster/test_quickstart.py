@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pytest
 
+from kubescribe.api.crds import crd_manifests
 from kubescribe.devenv.cluster import NODE_IP, Cluster, ClusterTools
 from kubescribe.devenv.controlplane import REPO_ROOT
 from kubescribe.devenv.sshgit import SshGitServer
@@ -122,6 +123,10 @@ def test_commands_are_counted_as_a_reader_counts_them() -> None:
 
 @pytest.fixture
 def quickstart_cleanup(cluster: Cluster) -> Iterator[None]:
+    # The quickstart starts from an empty cluster: the CRDs other tests' releases kept on
+    # uninstall (crds.keep) would make its plain `helm install` refuse to adopt them.
+    crds = [f"crd/{crd['metadata']['name']}" for crd in crd_manifests()]
+    cluster.kubectl("delete", *crds, "--ignore-not-found", check=False)
     yield
     cluster.helm("uninstall", "kubescribe", "-n", NAMESPACE, "--wait", "--timeout=60s", check=False)
     for args in (
