@@ -102,7 +102,7 @@ def test_a_missing_or_stale_crd_is_named_with_the_fix() -> None:
     name = wanted[0]["metadata"]["name"]
     stale = established(json.loads(json.dumps(wanted[1])))
     stale["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["description"] = "older"
-    live = {c["metadata"]["name"]: established(c) for c in wanted}
+    live: dict[str, dict[str, Any] | None] = {c["metadata"]["name"]: established(c) for c in wanted}
     live[name] = None
     live[wanted[1]["metadata"]["name"]] = stale
     found = {v.check: v for v in crd_verdicts(wanted, live, "0.2.0")}
@@ -126,7 +126,8 @@ def test_a_number_stored_as_an_integer_still_matches() -> None:
 
 def test_the_operator_deployment_must_be_found_and_ready() -> None:
     [missing] = operator_verdicts([], outside=False)
-    assert missing.status == "fail" and "no Deployment" in missing.detail
+    assert missing.status == "fail"
+    assert "no Deployment" in missing.detail
     dep = {"metadata": {"namespace": "ks", "name": "k"}, "spec": {"replicas": 3}, "status": {}}
     [short] = operator_verdicts([dep], outside=False)
     assert (short.status, short.detail) == ("fail", "0/3 replicas ready")
@@ -141,7 +142,8 @@ def test_a_writer_lease_held_by_a_replica_that_is_gone_fails() -> None:
         lease("w-1", "writer", "b", NOW),
     ]
     [v] = lease_verdicts(leases, NOW)
-    assert v.status == "fail" and "w-1" in v.detail
+    assert v.status == "fail"
+    assert "w-1" in v.detail
     assert lease_verdicts([], NOW) == []
 
 
@@ -176,9 +178,11 @@ def test_audit_not_wired_redis_down_and_unreadable_metrics() -> None:
         "unreachable (facts); facts and cursors stay local",
     )
     [unread] = metrics_verdicts(None, "no running operator Pod", NOW)
-    assert unread.status == "fail" and "no running operator Pod" in unread.detail
+    assert unread.status == "fail"
+    assert "no running operator Pod" in unread.detail
     quiet = {v.check: v for v in metrics_verdicts({}, "", NOW)}
-    assert quiet["Audit"].status == "warn" and "Redis" not in quiet
+    assert quiet["Audit"].status == "warn"
+    assert "Redis" not in quiet
 
 
 def test_rbac_and_object_conditions_name_the_fault() -> None:
@@ -198,4 +202,5 @@ def test_table_and_json_output() -> None:
     assert text.splitlines()[2].startswith("Longer check  FAIL    broken")
     assert "fix: do this" in text.splitlines()[3]
     doc = json.loads(as_json(found))
-    assert doc["ok"] is False and doc["checks"][1]["fix"] == "do this"
+    assert doc["ok"] is False
+    assert doc["checks"][1]["fix"] == "do this"
