@@ -16,6 +16,7 @@ import structlog
 
 from kubescribe import metrics
 from kubescribe.api import conditions as c
+from kubescribe.api import events as ev
 from kubescribe.controller.clusters import ClusterProviders
 from kubescribe.controller.commitrequests import CommitRequests, TargetAccess
 from kubescribe.controller.cursors import CursorKeeper
@@ -29,6 +30,7 @@ from kubescribe.controller.desired import (
     source_grants,
 )
 from kubescribe.controller.encryption import EncryptionResolver
+from kubescribe.controller.events import EventRecorder
 from kubescribe.controller.object_status import (
     TargetFacts,
     attribution_condition,
@@ -197,7 +199,8 @@ class Manager:
         self._reports: dict[TargetKey, WriteReport] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._cursor_task: asyncio.Task[None] | None = None
-        self._status = StatusWriter(client)
+        self._events = EventRecorder(client, self.settings.replica_id)
+        self._status = StatusWriter(client, self._events)
         self._requests = CommitRequests(
             client, self._status, self._target_access, self.settings.request_authors
         )
@@ -436,6 +439,14 @@ class Manager:
                 if handover:
                     stopping = self._hand_over(key, worker)
                 elif lost:  # another replica writes it now: write nothing more
+                    self._writer_event(
+                        key,
+                        "Warning",
+                        ev.WRITER_LOST,
+                        f"Replica {self.settings.replica_id} lost the Lease of branch"
+                        f" {key.branch} (not renewed in time, or taken): it stopped writing at"
+                        " once; the new owner writes what it had not pushed",
+                    )
                     stopping = worker.abandon()
                 else:
                     stopping = _stop(worker)
@@ -469,6 +480,14 @@ class Manager:
                 self._workers[key] = worker
                 self._providers.assign(key, [t.provider.key for t in targets if t.provider], worker)
                 worker.start()
+                if shards is not None:
+                    self._writer_event(
+                        key,
+                        "Normal",
+                        ev.WRITER_ACQUIRED,
+                        f"Replica {self.settings.replica_id} writes branch {key.branch} now"
+                        f" (replicas: {len(shards.members)})",
+                    )
             else:
                 worker = existing
             worker.configure([self._target_config(t) for t in targets])
@@ -493,6 +512,14 @@ class Manager:
         await self._cursors.flush()
         await self._shards.release(key)
         metrics.HANDOVER.observe(time.monotonic() - started)
+        self._writer_event(
+            key,
+            "Normal",
+            ev.WRITER_HANDED_OVER,
+            f"Replica {self._shards.identity} handed branch {key.branch} over to another replica"
+            f" (the replicas changed) after writing what it held, in"
+            f" {time.monotonic() - started:.1f}s",
+        )
         log.info("writer.handed_over", branch=key.branch, seconds=time.monotonic() - started)
 
     def _target_config(self, target: TargetPlan) -> TargetConfig:
@@ -629,11 +656,23 @@ class Manager:
         """The client of a stream's cluster (None: a remote cluster not reached yet)."""
         return self._clusters.client_of(spec.cluster) if spec.cluster else self.client
 
+    def _writer_event(self, key: WorkerKey, type_: str, reason: str, message: str) -> None:
+        """An Event on each GitTarget written through the writer `key`."""
+        for target in self.plan.targets.values():
+            if target.writable and target.worker_key == key:
+                obj = self._caches["GitTarget"].objects.get((target.key.namespace, target.key.name))
+                if obj is not None:
+                    self._events.post(obj, type_, reason, message, "Write")
+
     def _on_report(self, report: WriteReport) -> None:
         previous = self._reports.get(report.target)
         if report.commit and (previous is None or previous.commit != report.commit):
             log.info("target.pushed", target=str(report.target), commit=report.commit)
         self._reports[report.target] = report
+        obj = self._caches["GitTarget"].objects.get((report.target.namespace, report.target.name))
+        if obj is not None:
+            for notice in report.notices:
+                self._events.post(obj, notice.type, notice.reason, notice.message, "Write")
         target = self.plan.targets.get(report.target)
         if target is not None and target.writable:
             self._providers.record_report(target.worker_key, report)
