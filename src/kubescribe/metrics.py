@@ -425,3 +425,19 @@ def forget_branch(branch: str) -> None:
     for family in PER_BRANCH:
         with contextlib.suppress(KeyError):
             family.remove(branch)
+
+
+# -- set by the reconcile loop -----------------------------------------------------------------
+TARGET_READY = Gauge(
+    "kubescribe_target_ready",
+    "1 while a GitTarget is Ready, 0 otherwise; `reason` is its Ready reason (see the README's"
+    " troubleshooting table). Exported by the replica that writes the target's status.",
+    ["target", "reason"],
+    registry=REGISTRY,
+)
+CACHE_QUOTA = Gauge(
+    "kubescribe_cache_quota_bytes",
+    "Bytes each namespace's clones may hold in the object cache (--cache-quota-per-namespace;"
+    " 0: no quota).",
+    registry=REGISTRY,
+)

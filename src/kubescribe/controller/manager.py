@@ -4,6 +4,7 @@ and report status."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Coroutine, Mapping
@@ -197,6 +198,8 @@ class Manager:
             on_change=self._poke.set,
         )
         self._reports: dict[TargetKey, WriteReport] = {}
+        self._readiness: dict[str, str] = {}  # target -> "<Ready status>/<reason>" exported
+        metrics.CACHE_QUOTA.set(self.settings.cache_quota)
         self._tasks: list[asyncio.Task[None]] = []
         self._cursor_task: asyncio.Task[None] | None = None
         self._events = EventRecorder(client, self.settings.replica_id)
@@ -696,11 +699,15 @@ class Manager:
             if cluster is not None and self._speaks_for(f"ClusterProvider/{name}"):
                 conds, extra = self._clusters.status(cluster)
                 await self._status.write(obj, "clusterproviders", conds, extra)
+        readiness: dict[str, str] = {}
         for (ns, name), obj in list(caches["GitTarget"].objects.items()):
             t = plan.targets.get(TargetKey(ns, name))
             if t is not None and self._writes_status_of(t):
                 conds, extra = self._target_status(t)
+                ready = next(x for x in conds if x.type == c.READY)
+                readiness[str(t.key)] = f"{ready.status}/{ready.reason}"
                 await self._status.write(obj, "gittargets", conds, extra)
+        self._export_readiness(readiness)
         for kind, plural in (
             ("WatchRule", "watchrules"),
             ("ClusterWatchRule", "clusterwatchrules"),
@@ -725,6 +732,18 @@ class Manager:
                     domain + kstatus(counted, progressing=None),
                     {"resolvedResources": list(r.resolved)},
                 )
+
+    def _export_readiness(self, readiness: Mapping[str, str]) -> None:
+        """`kubescribe_target_ready` of the targets whose status this replica writes (and of no
+        other: one that moved to another replica, or was deleted, leaves no series here)."""
+        for target, state in self._readiness.items():
+            if readiness.get(target) != state:
+                with contextlib.suppress(KeyError):
+                    metrics.TARGET_READY.remove(target, state.split("/", 1)[1])
+        for target, state in readiness.items():
+            status, reason = state.split("/", 1)
+            metrics.TARGET_READY.labels(target, reason).set(1 if status == "True" else 0)
+        self._readiness = dict(readiness)
 
     def _rule_streams(self, r: RulePlan) -> Cond | None:
         """`StreamsRunning` of a rule: the state of the streams it feeds (None: none run

@@ -4,7 +4,8 @@
 
 `charts/kubescribe/crds/kubescribe.yaml` is `kubescribe crds`; `deploy/kubescribe.yaml` is
 `helm template` of the chart with its default values (plus the Namespace), for
-`kubectl apply -f`. Tests fail while either is stale.
+`kubectl apply -f`; deploy/prometheus/rules.yaml and deploy/grafana/kubescribe.json are copies
+of the chart's alert rules and dashboard. Tests fail while any is stale.
 """
 
 from __future__ import annotations
@@ -19,6 +20,14 @@ from kubescribe.devenv.controlplane import KUBE_VERSION, REPO_ROOT
 CHART = REPO_ROOT / "charts" / "kubescribe"
 CHART_CRDS = CHART / "crds" / "kubescribe.yaml"
 DEPLOY = REPO_ROOT / "deploy" / "kubescribe.yaml"
+# The chart's alert rules and Grafana dashboard, copied as they are for users without Helm.
+COPIES = {
+    CHART / "files" / "prometheus-rules.yaml": REPO_ROOT / "deploy" / "prometheus" / "rules.yaml",
+    CHART / "files" / "grafana-dashboard.json": REPO_ROOT
+    / "deploy"
+    / "grafana"
+    / "kubescribe.json",
+}
 RELEASE = "kubescribe"
 NAMESPACE = "kubescribe-system"
 
@@ -55,7 +64,11 @@ def main() -> None:
 
     CHART_CRDS.write_text(render_crds())
     DEPLOY.write_text(render_deploy(cluster_tools().helm))
-    print(f"wrote {CHART_CRDS.relative_to(REPO_ROOT)} and {DEPLOY.relative_to(REPO_ROOT)}")
+    for source, copy in COPIES.items():
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_bytes(source.read_bytes())
+    written = [CHART_CRDS, DEPLOY, *COPIES.values()]
+    print(f"wrote {', '.join(str(p.relative_to(REPO_ROOT)) for p in written)}")
 
 
 if __name__ == "__main__":
