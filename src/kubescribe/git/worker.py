@@ -412,7 +412,9 @@ class BranchWorker:
         metrics.RETAINED.labels(target).set(result.retained)
         metrics.DUPLICATES.labels(target).set(result.duplicates)
         metrics.OVERSIZED.labels(target).set(result.oversized)
-        metrics.TARGET_REFUSED.labels(target).set(len(result.failing))
+        # A render mismatch is written; every other failing document is not.
+        unwritten = [f for f in result.failing if f[1] != c.RENDER_MISMATCH]
+        metrics.TARGET_REFUSED.labels(target).set(len(unwritten))
         if pushed_at is not None:
             metrics.LAST_PUSH.labels(target).set(pushed_at)
 
@@ -443,7 +445,7 @@ class BranchWorker:
                 )
             )
         before = {identity for identity, _, _ in last.failing}
-        new = [r for r in result.refused if r[0] not in before]
+        new = [r for r in result.refused if r[0] not in before and r[1] != c.RENDER_MISMATCH]
         if new:
             listed = "; ".join(f"{i.kind} {i.ref}: {why} ({reason})" for i, reason, why in new[:3])
             more = f" (and {len(new) - 3} more)" if len(new) > 3 else ""
