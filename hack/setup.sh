@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything kubescribe's tests need on a fresh machine (idempotent): Debian packages,
 # uv, the locked Python environment in .venv, the test control plane, kustomize (built from its
-# Go module, for the kustomize render checks) and (as root) the single-node test cluster that
-# runs kubescribe as a Pod.
+# Go module, for the kustomize render checks), promtool (likewise, for the alert rules' tests)
+# and (as root) the single-node test cluster that runs kubescribe as a Pod.
 #   --demo: only what hack/demo.sh uses: git, uv, the Python environment and the control plane.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,6 +52,9 @@ fi
 start=$(date +%s)
 kustomize_dir=$(bash hack/build-kustomize.sh)
 echo "setup: kustomize ready in $(( $(date +%s) - start ))s: $(basename "$kustomize_dir")" >&2
+start=$(date +%s)
+promtool_dir=$(bash hack/build-promtool.sh)
+echo "setup: promtool ready in $(( $(date +%s) - start ))s: $(basename "$promtool_dir")" >&2
 
 # The cluster needs root (namespaces, mounts, cgroups); without it tests/cluster is skipped.
 if [ "$(id -u)" -eq 0 ]; then

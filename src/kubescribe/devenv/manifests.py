@@ -5,8 +5,9 @@
 `charts/kubescribe/templates/crds.yaml` is `kubescribe crds` as a template: behind
 `crds.enabled`, with `helm.sh/resource-policy: keep` under `crds.keep`, so that `helm upgrade`
 upgrades the CRDs and `helm uninstall` leaves them. `deploy/kubescribe.yaml` is `helm template`
-of the chart with its default values (plus the Namespace), for `kubectl apply -f`. Tests fail
-while either is stale.
+of the chart with its default values (plus the Namespace), for `kubectl apply -f`;
+deploy/prometheus/rules.yaml and deploy/grafana/kubescribe.json are copies of the chart's alert
+rules and dashboard. Tests fail while any is stale.
 """
 
 from __future__ import annotations
@@ -25,6 +26,14 @@ from kubescribe.devenv.controlplane import KUBE_VERSION, REPO_ROOT
 CHART = REPO_ROOT / "charts" / "kubescribe"
 CHART_CRDS = CHART / "templates" / "crds.yaml"
 DEPLOY = REPO_ROOT / "deploy" / "kubescribe.yaml"
+# The chart's alert rules and Grafana dashboard, copied as they are for users without Helm.
+COPIES = {
+    CHART / "files" / "prometheus-rules.yaml": REPO_ROOT / "deploy" / "prometheus" / "rules.yaml",
+    CHART / "files" / "grafana-dashboard.json": REPO_ROOT
+    / "deploy"
+    / "grafana"
+    / "kubescribe.json",
+}
 RELEASE = "kubescribe"
 NAMESPACE = "kubescribe-system"
 
@@ -100,7 +109,11 @@ def main() -> None:
     CHART_CRDS.write_text(render_crd_template())
     chartdoc.main()  # the chart's README and Artifact Hub annotations
     DEPLOY.write_text(render_deploy(cluster_tools().helm))
-    print(f"wrote {CHART_CRDS.relative_to(REPO_ROOT)} and {DEPLOY.relative_to(REPO_ROOT)}")
+    for source, copy in COPIES.items():
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_bytes(source.read_bytes())
+    written = [CHART_CRDS, DEPLOY, *COPIES.values()]
+    print(f"wrote {', '.join(str(p.relative_to(REPO_ROOT)) for p in written)}")
 
 
 if __name__ == "__main__":

@@ -267,7 +267,9 @@ class Writer:
                 build_seconds=round(built - started, 4),
                 push_seconds=round(time.perf_counter() - built, 4),
             )
-            return build.outcome(pushed=True)
+            outcome = build.outcome(pushed=True)
+            outcome.rebuilds, outcome.base = attempt, str(base) if base is not None else None
+            return outcome
         raise AssertionError("unreachable")
 
     def _flush(self) -> None:
