@@ -134,7 +134,7 @@ def test_a_broken_file_in_kubeconfig(home: dict[str, str], tmp_path: Path) -> No
 
 
 def test_a_missing_exec_plugin(home: dict[str, str], tmp_path: Path) -> None:
-    exec_user = {
+    exec_user: dict[str, object] = {
         "exec": {
             "apiVersion": "client.authentication.k8s.io/v1",
             "command": "kubescribe-test-no-such-plugin",

@@ -59,7 +59,7 @@ def write(
     return path
 
 
-INSECURE = {"insecure-skip-tls-verify": True}
+INSECURE: dict[str, object] = {"insecure-skip-tls-verify": True}
 
 
 async def test_token_and_insecure(tmp_path: Path) -> None:
