@@ -192,6 +192,24 @@ def _existing_file(ctx: click.Context, param: click.Parameter, value: str | None
     return value
 
 
+def _age_recipients(
+    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> tuple[str, ...]:
+    if not value:
+        return value
+    from kubescribe.secrets.age import check_recipient  # noqa: PLC0415
+
+    for recipient in value:
+        try:
+            check_recipient(recipient)
+        except ValueError:
+            raise click.BadParameter(
+                f"{recipient!r} is not an age X25519 public key (age1...; `age-keygen -y KEYFILE` "
+                "prints yours)"
+            ) from None
+    return value
+
+
 def _kubeconfig_options(command: Callable[..., None]) -> Callable[..., None]:
     """--kubeconfig and --context, resolved as kubectl resolves them (`kube.config.resolve`)."""
     command = click.option(
@@ -704,6 +722,15 @@ def run(
     show_default=True,
     help="What each document holds, as a GitTarget's spec.content.mode (docs/content.md).",
 )
+@click.option(
+    "--age-recipient",
+    "recipients",
+    multiple=True,
+    metavar="AGE1...",
+    callback=_age_recipients,
+    help="Write Secrets SOPS-encrypted to this age public key (repeatable). Without one, "
+    "Secrets are skipped: a snapshot never writes one in plain text.",
+)
 def snapshot(
     kubeconfig: str | None,
     context: str | None,
@@ -714,13 +741,19 @@ def snapshot(
     namespace: str,
     selector: str | None,
     content: str,
+    recipients: tuple[str, ...],
 ) -> None:
-    """Export the selected objects into a Git repository once (brownfield onboarding)."""
+    """Export the selected objects into a Git repository once (brownfield onboarding).
+
+    Secrets are skipped (and counted on stderr) unless --age-recipient is given: then they are
+    written SOPS-encrypted, as a GitTarget with encryption writes them.
+    """
     import asyncio  # noqa: PLC0415
 
     from kubescribe import logs  # noqa: PLC0415
     from kubescribe.api.models import CONTROLLER_MANAGERS  # noqa: PLC0415
     from kubescribe.controller.snapshot import (  # noqa: PLC0415
+        Exported,
         Selection,
         SnapshotError,
         run_snapshot,
@@ -734,7 +767,7 @@ def snapshot(
     logs.configure("warning")
     selection = Selection(resources, namespace, selector)
 
-    async def export() -> str | None:
+    async def export() -> Exported:
         client = await KubeClient.connect(kubeconfig, context)
         try:
             types = await select_types(client, selection)
@@ -754,15 +787,28 @@ def snapshot(
                     committer=Committer("kubescribe", "kubescribe@users.noreply.local"),
                     progress=advance,
                     content=Content(content, CONTROLLER_MANAGERS),
+                    recipients=recipients,
                 )
         finally:
             await client.close()
 
     try:
-        tip = asyncio.run(export())
+        exported = asyncio.run(export())
     except SnapshotError as exc:
         raise click.ClickException(str(exc)) from None
+    tip = exported.tip
     click.echo(f"{repo_dir}: {branch} at {tip}" if tip else f"{repo_dir}: nothing to write")
+    if exported.refused and not recipients:
+        count = len(exported.refused)
+        click.echo(
+            f"kubescribe: skipped {count} Secret{'s' if count != 1 else ''} (never written in "
+            "plain text); add --age-recipient AGE1... to write them SOPS-encrypted",
+            err=True,
+        )
+    elif exported.refused:
+        message = exported.refused[0][2]
+        more = f" (and {len(exported.refused) - 1} more)" if len(exported.refused) > 1 else ""
+        raise click.ClickException(f"{message}{more}")
 
 
 async def _reach_api_server(kubeconfig: str | None, context: str | None) -> None:

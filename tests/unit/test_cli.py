@@ -96,6 +96,10 @@ USAGE = [
     (["run", "--cache-quota-per-namespace", "lots"], ["--cache-quota-per-namespace"]),
     (["run", "--webhook-cert-secret", "s"], ["--webhook-cert-secret needs --webhook-cert-host"]),
     (["run", "--audit-addr", ":8443"], ["--audit-addr needs --audit-tls-cert"]),
+    (
+        ["snapshot", "--repo", "r", "--age-recipient", "age1nope"],
+        ["--age-recipient", "not an age X25519 public key"],
+    ),
 ]
 
 
