@@ -125,3 +125,61 @@ def test_secrets_are_skipped_with_a_note_or_written_encrypted(
     assert doc["kind"] == "Secret"
     assert doc["metadata"]["name"] == "db"
     assert doc["data"] == {"password": "aHVudGVyMg=="}
+
+
+def test_the_kubeconfig_is_found_as_kubectl_finds_it(
+    controlplane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """No --kubeconfig: ~/.kube/config; then a KUBECONFIG list whose first file sets the
+    current context and whose second file (with another current context, unreachable) holds
+    the cluster and the user; missing files in the list are skipped."""
+    cp, ns = controlplane, namespace
+    cp.apply(manifest(configmap("app", ns, {"k": "v"})))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"}
+    }
+    home = tmp_path / "home"
+    (home / ".kube").mkdir(parents=True)
+    shutil.copy(cp.kubeconfig, home / ".kube" / "config")
+    select = ("--namespace", ns, "--resource", "configmaps")
+
+    def export(repo: str, environ: dict[str, str]) -> None:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kubescribe",
+                "snapshot",
+                "--repo",
+                str(tmp_path / repo),
+                *select,
+            ],
+            capture_output=True,
+            text=True,
+            env=environ,
+            check=False,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert (tmp_path / repo / ns / "core" / "configmaps" / "app.yaml").exists()
+
+    export("from-home", {**env, "HOME": str(home)})
+
+    admin = yaml.safe_load(cp.kubeconfig.read_text())
+    first = tmp_path / "first"
+    first.write_text(yaml.safe_dump({"current-context": admin["current-context"]}))
+    second = dict(admin)
+    second["current-context"] = "elsewhere"
+    second["contexts"] = [
+        *admin["contexts"],
+        {"name": "elsewhere", "context": {"cluster": "nowhere", "user": "nobody"}},
+    ]
+    second["clusters"] = [
+        *admin["clusters"],
+        {"name": "nowhere", "cluster": {"server": "https://127.0.0.1:1"}},
+    ]
+    (tmp_path / "second").write_text(yaml.safe_dump(second))
+    listed = os.pathsep.join(str(tmp_path / f) for f in ("missing", "first", "second"))
+    export("from-list", {**env, "HOME": str(tmp_path / "empty"), "KUBECONFIG": listed})
