@@ -603,8 +603,15 @@ def run(
         attribution.pop("redis_key_prefix"),
     )
     attribution_options = AttributionOptions(**attribution)
-    if webhook_cert_secret and not webhook_cert_hosts:
-        raise click.UsageError("--webhook-cert-secret needs --webhook-cert-host")
+    if webhook_cert_secret:
+        from kubescribe.app import MANAGED_FILES  # noqa: PLC0415
+
+        given = [f for f in MANAGED_FILES if getattr(attribution_options, f) is not None]
+        if given:
+            flags = ", ".join("--" + f.replace("_", "-") for f in given)
+            raise click.UsageError(f"--webhook-cert-secret manages the certificates: drop {flags}")
+        if not webhook_cert_hosts:
+            raise click.UsageError("--webhook-cert-secret needs --webhook-cert-host")
     if not webhook_cert_secret and (problems := attribution_options.problems()):
         raise click.UsageError("; ".join(problems))
     try:
@@ -622,7 +629,6 @@ def run(
 
     from kubescribe import logs  # noqa: PLC0415
     from kubescribe.app import (  # noqa: PLC0415
-        MANAGED_FILES,
         Sharing,
         managed_certificates,
         run_operator,
@@ -638,10 +644,6 @@ def run(
     confine_libgit2()  # no .gitconfig outside a repository is read (docs/security.md)
     certificates = None
     if webhook_cert_secret:
-        given = [f for f in MANAGED_FILES if getattr(attribution_options, f) is not None]
-        if given:
-            flags = ", ".join("--" + f.replace("_", "-") for f in given)
-            raise click.UsageError(f"--webhook-cert-secret manages the certificates: drop {flags}")
         from kubescribe.controller.certrotation import Policy  # noqa: PLC0415
         from kubescribe.controller.webhookcerts import CertificateOptions  # noqa: PLC0415
 
