@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from kubescribe import app, cli
 from kubescribe.git.urlpolicy import UrlRefusal, UrlRefused, check_transfer, check_url
 from kubescribe.net.addresses import NetworkPolicy, network_policy, set_network_policy
+from kubescribe.stopping import Stopper
 
 
 @pytest.mark.parametrize(
@@ -202,6 +203,8 @@ def test_run_sets_the_network_policy_from_its_flag(
 
     monkeypatch.setattr(app, "run_operator", run_operator)  # `run` imports it when it runs
     monkeypatch.setattr(cli, "_reach_api_server", reach_api_server)  # no API server here
+    # `run` ends the process with os._exit(0) after a clean stop: not pytest's.
+    monkeypatch.setattr(Stopper, "end", lambda self: None)
     try:
         result = CliRunner().invoke(cli.main, ["run", *args])
     finally:
