@@ -313,10 +313,10 @@ def _connection(
             cluster=cluster,
             tls=tls if isinstance(tls, ssl.SSLContext) else None,
         )
+    elif user.get("tokenFile"):  # as client-go: the file wins over `token`
+        credentials = TokenFile(user_entry.file.parent / os.path.expanduser(str(user["tokenFile"])))
     elif user.get("token"):
         credentials = StaticToken(str(user["token"]))
-    elif user.get("tokenFile"):
-        credentials = TokenFile(user_entry.file.parent / os.path.expanduser(str(user["tokenFile"])))
     return Connection(
         host=server.rstrip("/"),
         ssl=tls,
