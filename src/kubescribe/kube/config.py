@@ -32,7 +32,7 @@ from kubescribe.kube.credentials import (
     ExecPlugin,
     StaticToken,
     TokenFile,
-    _load_pem_chain,
+    load_pem_chain,
 )
 from kubescribe.net.addresses import network_policy, refusal
 from kubescribe.net.urls import Form, UrlSyntaxError, parse
@@ -67,9 +67,6 @@ class Connection:
     def rejected(self, header: str | None) -> bool:
         """The API server answered 401 to `header`: whether asking again may help."""
         return self.credentials is not None and self.credentials.rejected(header)
-
-
-_pem_chain = _load_pem_chain
 
 
 def _decode(entry: Mapping[str, Any], key: str, where: str) -> bytes:
@@ -296,7 +293,7 @@ def _connection(
         key = _data_or_file(user, "client-key", user_entry.file.parent, where_user)
         if cert and key:
             try:
-                _pem_chain(tls, cert, key)
+                load_pem_chain(tls, cert, key)
             except (ssl.SSLError, ValueError):
                 raise ConfigError(
                     f"{where_user}: client-certificate and client-key are not a matching PEM "
@@ -412,7 +409,7 @@ def from_untrusted_kubeconfig(
             cert = _inline(user, "client-certificate")
             client_key = _inline(user, "client-key")
             if cert and client_key:
-                _pem_chain(tls, cert, client_key)
+                load_pem_chain(tls, cert, client_key)
     except (ValueError, TypeError, ssl.SSLError, OSError) as exc:
         raise KubeconfigRefused(
             "KubeconfigInvalid", f"unusable TLS material: {exc.__class__.__name__}"

@@ -222,7 +222,7 @@ class ExecPlugin:
         if not token and not (cert and key):
             raise self._failure("gave neither a token nor a client certificate")
         if cert and key and self.tls is not None:
-            _load_pem_chain(self.tls, str(cert).encode(), str(key).encode())
+            load_pem_chain(self.tls, str(cert).encode(), str(key).encode())
         now = self.clock()
         expiry = _timestamp(status.get("expirationTimestamp"))
         # Nine tenths of its life: the next credential is in use before this one expires.
@@ -231,7 +231,7 @@ class ExecPlugin:
         self._fresh = True
 
 
-def _load_pem_chain(ctx: ssl.SSLContext, cert: bytes, key: bytes) -> None:
+def load_pem_chain(ctx: ssl.SSLContext, cert: bytes, key: bytes) -> None:
     """load_cert_chain only reads files: stage them in a private folder for the call."""
     with tempfile.TemporaryDirectory(prefix="kubescribe-tls-") as tmp:
         cert_path, key_path = Path(tmp, "tls.crt"), Path(tmp, "tls.key")
