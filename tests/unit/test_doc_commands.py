@@ -18,7 +18,8 @@ import yaml
 from kubescribe import cli
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = sorted({ROOT / "README.md", ROOT / "ARCHITECTURE.md", *(ROOT / "docs").glob("*.md")})
+# Every page but the CHANGELOG, which quotes the command lines of past versions.
+PAGES = sorted({*ROOT.glob("*.md"), *(ROOT / "docs").glob("*.md")} - {ROOT / "CHANGELOG.md"})
 ALL_PAGES = sorted({*ROOT.glob("*.md"), *(ROOT / "docs").glob("*.md")})
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
@@ -52,10 +53,17 @@ def shell_commands(block: str) -> Iterator[list[str]]:
             yield command
 
 
+INLINE = re.compile(r"`((?:uv run )?kubescribe (?:[^`\[\]|]*))`")
+
+
 def kubescribe_invocations() -> list[tuple[str, list[str]]]:
+    """Commands in code blocks, and code spans that are a whole command (no `[optional]`
+    parts, no pipe)."""
     found = []
     for page in PAGES:
-        for block in FENCE.findall(page.read_text()):
+        text = page.read_text()
+        spans = INLINE.findall(FENCE.sub("", text))
+        for block in [*FENCE.findall(text), *spans]:
             for command in shell_commands(block):
                 words = [w for w in command if "=" not in w or w.startswith("-")]
                 for entry in ENTRY:
@@ -95,6 +103,8 @@ def parse(args: list[str]) -> None:
         if not rest:
             return
         name, *args = rest
+        if PLACEHOLDER.fullmatch(name):
+            return  # `kubescribe --debug ...`: any command
         sub = command.get_command(ctx, name)
         if sub is None:
             raise click.UsageError(f"no command {name!r}", ctx)
