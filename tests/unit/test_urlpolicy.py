@@ -197,7 +197,11 @@ def test_run_sets_the_network_policy_from_its_flag(
     async def run_operator(*_: object, **__: object) -> None:
         seen.append(network_policy().deny_private)
 
+    async def reach_api_server(*_: object) -> None:
+        pass
+
     monkeypatch.setattr(app, "run_operator", run_operator)  # `run` imports it when it runs
+    monkeypatch.setattr(cli, "_reach_api_server", reach_api_server)  # no API server here
     ended: list[bool] = []  # after a clean stop, `run` exits the process (not here)
     monkeypatch.setattr(stopping.Stopper, "end", lambda _: ended.append(True))
     try:
