@@ -60,6 +60,7 @@ class Published:
     public_key: Path
     other_public_key: Path
     cosign: Path
+    env: dict[str, str]  # cosign's TUF cache in the test's directory, not in $HOME
 
     @property
     def image(self) -> str:
@@ -75,7 +76,7 @@ class Published:
             [str(self.cosign), *args[:1], "--key", str(key or self.public_key),
              "--insecure-ignore-tlog=true", "--allow-http-registry", "--allow-insecure-registry",
              *args[1:]],
-            capture_output=True, text=True, check=False, timeout=120,
+            capture_output=True, text=True, check=False, timeout=120, env=self.env,
         )  # fmt: skip
 
 
@@ -93,7 +94,7 @@ def published(
 ) -> Iterator[Published]:
     work = tmp_path_factory.mktemp("release")
     cosign = Path(run("bash", str(REPO_ROOT / "hack" / "build-cosign.sh")).split()[-1]) / "cosign"
-    env = {**os.environ, "COSIGN_PASSWORD": PASSWORD}
+    env = {**os.environ, "COSIGN_PASSWORD": PASSWORD, "TUF_ROOT": str(work / "tuf")}
     for prefix in ("release", "other"):
         run(str(cosign), "generate-key-pair", "--output-key-prefix", prefix, env=env, cwd=work)
     with Registry(work / "registry") as registry:
@@ -120,6 +121,7 @@ def published(
             work / "release.pub",
             work / "other.pub",
             cosign,
+            {**os.environ, "TUF_ROOT": str(work / "tuf")},
         )
 
 
@@ -133,7 +135,7 @@ def test_release_files_checksums_notes_and_index(published: Published) -> None:
     # SHA256SUMS is signed with the release key
     run(str(published.cosign), "verify-blob", "--key", str(published.public_key),
         "--insecure-ignore-tlog=true", "--signature", str(out / "SHA256SUMS.sig"),
-        str(out / "SHA256SUMS"))  # fmt: skip
+        str(out / "SHA256SUMS"), env=published.env)  # fmt: skip
     assert published.verify("verify-blob", "--signature", str(out / "SHA256SUMS.sig"),
                             str(out / "SHA256SUMS"), key=published.other_public_key
                             ).returncode != 0  # fmt: skip
