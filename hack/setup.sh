@@ -2,7 +2,8 @@
 # Installs everything kubescribe's tests need on a fresh machine (idempotent): Debian packages,
 # uv, the locked Python environment in .venv, the test control plane, kustomize (built from its
 # Go module, for the kustomize render checks), promtool (likewise, for the alert rules' tests)
-# and (as root) the single-node test cluster that runs kubescribe as a Pod.
+# and (as root) the single-node test cluster that runs kubescribe as a Pod, with the release
+# tools (the distribution registry and cosign, from their Go modules).
 #   --demo: only what hack/demo.sh uses: git, uv, the Python environment and the control plane.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,4 +63,11 @@ if [ "$(id -u)" -eq 0 ]; then
   cluster_dir=$(bash hack/build-cluster.sh)
   image=$(bash hack/build-image.sh)
   echo "setup: test cluster ready in $(( $(date +%s) - start ))s: $(basename "$cluster_dir"), ${image#* }" >&2
+  # The release tools (hack/release.sh and tests/cluster/test_release.py): the OCI registry
+  # and the signer, from their Go modules.
+  for tool in registry cosign; do
+    start=$(date +%s)
+    tool_dir=$(bash "hack/build-$tool.sh")
+    echo "setup: $tool ready in $(( $(date +%s) - start ))s: $(basename "$tool_dir")" >&2
+  done
 fi

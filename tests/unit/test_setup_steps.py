@@ -18,6 +18,8 @@ STEPS = (
     "build-promtool.sh",
     "build-cluster.sh",
     "build-image.sh",
+    "build-registry.sh",
+    "build-cosign.sh",
 )
 
 
