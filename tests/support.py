@@ -145,7 +145,7 @@ def wait_condition(
     return wait_for(check, timeout=timeout, what=f"{kind} {name} {ctype}={status} {reason or ''}")
 
 
-def wait_ready(cp: ControlPlane, ns: str, name: str = "mirror", timeout: float = 30) -> None:
+def wait_ready(cp: ControlPlane, ns: str, name: str = "mirror", timeout: float = 90) -> None:
     """GitTarget `ns/name` is Ready."""
     wait_for(
         lambda: (condition(cp, "gittarget", name, ns, "Ready") or {}).get("status") == "True",
