@@ -255,7 +255,7 @@ def install(cluster: Cluster, image: Image) -> Iterator[Callable[..., Release]]:
     yield run
     for rel in releases:
         cluster.helm("uninstall", rel.name, "-n", NAMESPACE, "--wait", "--timeout=60s", check=False)
-        wait_for(functools.partial(_gone, rel), timeout=60, what="Pods gone")
+        wait_for(functools.partial(_gone, rel), timeout=120, what="Pods gone")
 
 
 def _gone(release: Release) -> bool:
