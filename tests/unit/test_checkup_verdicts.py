@@ -80,6 +80,7 @@ def healthy() -> Facts:
                 ({"route": "local"}, NOW.timestamp() - 4)
             ],
             "kubescribe_redis_up": [({"store": "facts"}, 1.0)],
+            "kubescribe_target_oldest_pending_change_seconds": [({"target": "team/mirror"}, 7.0)],
         },
         metrics_error="",
         providers=[obj("team", "git", cond("Writable"))],
@@ -94,7 +95,8 @@ def test_a_healthy_install_passes_every_check() -> None:
     assert not failed(found), table(found)
     assert {v.status for v in found} == {"ok"}
     assert any("last audit event 4 s ago" in v.detail for v in found)
-    assert any("last push 60 s ago" in v.detail for v in found)
+    target = next(v for v in found if v.check == "GitTarget team/mirror")
+    assert target.detail == "Ready; last push 60 s ago, oldest pending change 7 s old"
 
 
 def test_a_missing_or_stale_crd_is_named_with_the_fix() -> None:

@@ -310,18 +310,16 @@ def _freshness(obj: Mapping[str, Any], samples: Samples | None, now: datetime | 
     if pushed and now is not None:
         at = datetime.fromisoformat(str(pushed).replace("Z", "+00:00"))
         parts.append(f"last push {_ago(at, now)}")
-    if samples is not None and now is not None:
+    if samples is not None:
         key = _where(obj)
-        oldest = [
+        ages = [
             value
-            for labels, value in samples.get(
-                "kubescribe_target_oldest_pending_change_timestamp_seconds", []
-            )
-            if labels.get("target") == key and value > 0
+            for labels, value in samples.get("kubescribe_target_oldest_pending_change_seconds", [])
+            if labels.get("target") == key
         ]
-        if oldest:
-            parts.append(f"oldest pending change {now.timestamp() - min(oldest):.0f} s old")
-        else:
+        if any(age > 0 for age in ages):
+            parts.append(f"oldest pending change {max(ages):.0f} s old")
+        elif ages:
             parts.append("nothing pending")
     return "Ready; " + ", ".join(parts) if parts else ""
 
