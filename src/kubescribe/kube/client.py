@@ -135,6 +135,27 @@ class KubeClient:
         accept: str = JSON,
         timeout: float = 30,
     ) -> Any:
+        payload = await self._send(method, path, params, body, content_type, accept, timeout)
+        return json.loads(payload) if payload else None
+
+    async def get(self, path: str, **kwargs: Any) -> Any:
+        return await self.request("GET", path, **kwargs)
+
+    async def get_text(self, path: str, timeout: float = 10) -> str:
+        """A GET whose answer is not JSON (metrics and health through the API server's proxy)."""
+        payload = await self._send("GET", path, None, None, JSON, "*/*", timeout)
+        return payload.decode("utf-8", "replace")
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None,
+        body: Any,
+        content_type: str,
+        accept: str,
+        timeout: float,
+    ) -> bytes:
         if self._limit is not None:
             await self._limit.take()
         data = None if body is None else json.dumps(body)
@@ -162,26 +183,8 @@ class KubeClient:
                     continue
                 if resp.status >= 300:
                     raise _api_error(resp.status, payload)
-                return json.loads(payload) if payload else None
+                return payload
         raise AssertionError("unreachable")  # pragma: no cover
-
-    async def get(self, path: str, **kwargs: Any) -> Any:
-        return await self.request("GET", path, **kwargs)
-
-    async def get_text(self, path: str, timeout: float = 10) -> str:
-        """A GET whose answer is not JSON (metrics and health through the API server's proxy)."""
-        if self._limit is not None:
-            await self._limit.take()
-        async with self._session.get(
-            self.host + path,
-            headers=self._headers("*/*"),
-            timeout=aiohttp.ClientTimeout(total=timeout),
-            allow_redirects=self._redirects,
-        ) as resp:
-            payload = await resp.read()
-            if resp.status >= 300:
-                raise _api_error(resp.status, payload)
-            return payload.decode("utf-8", "replace")
 
     async def merge_patch(self, path: str, body: Any) -> Any:
         return await self.request("PATCH", path, body=body, content_type=MERGE_PATCH)
