@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
-from kubescribe.kube.config import ConfigError, from_kubeconfig
+from kubescribe.kube.config import ConfigError, from_kubeconfig, via_kubernetes_asyncio
 
 
 def write(
@@ -52,3 +54,14 @@ def test_exec_plugins_are_handed_to_kubernetes_asyncio(tmp_path: Path) -> None:
 def test_unknown_context_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no context named 'other'"):
         from_kubeconfig(write(tmp_path, {"token": "x"}), context="other")
+
+
+def test_exec_plugins_without_kubernetes_asyncio_are_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The image carries no kubernetes_asyncio (the extra kubeconfig-plugins): an exec plugin
+    # kubeconfig is refused with what to install, not an ImportError.
+    monkeypatch.setitem(sys.modules, "kubernetes_asyncio", None)
+    path = write(tmp_path, {"exec": {"command": "get-token"}})
+    with pytest.raises(ConfigError, match=r"kubescribe\[kubeconfig-plugins\]"):
+        asyncio.run(via_kubernetes_asyncio(path, None))

@@ -3,7 +3,8 @@
 The common cases (client certificates, bearer tokens, token files, in-cluster) are read here;
 kubeconfigs that need an exec plugin or an auth provider are handed to kubernetes_asyncio's
 loader. Importing kubernetes_asyncio costs 1.3 s and 70 MB (it loads every generated model),
-so it is only imported for those.
+so it is only imported for those, and it is an optional dependency (the extra
+`kubeconfig-plugins`; the image does not carry it).
 """
 
 from __future__ import annotations
@@ -240,8 +241,15 @@ def in_cluster() -> Connection:
 
 async def via_kubernetes_asyncio(path: Path, context: str | None) -> Connection:
     """Exec plugins and auth providers: let kubernetes_asyncio run them, then use the result."""
-    from kubernetes_asyncio import config as kube_config  # noqa: PLC0415 - 1.3 s import
-    from kubernetes_asyncio.client import Configuration  # noqa: PLC0415
+    try:
+        from kubernetes_asyncio import config as kube_config  # noqa: PLC0415 - 1.3 s import
+        from kubernetes_asyncio.client import Configuration  # noqa: PLC0415
+    except ImportError as e:
+        raise ConfigError(
+            f"{path}: this kubeconfig needs an exec plugin or an auth provider, read by "
+            "kubernetes_asyncio, which is not installed (install kubescribe[kubeconfig-plugins]; "
+            "the image does not carry it: in a Pod the service account is used)"
+        ) from e
 
     cfg = Configuration()
     await kube_config.load_kube_config(
