@@ -41,7 +41,8 @@ FIGURES = REPO_ROOT / ".devenv" / f"cluster-figures-{WORKER}.json"
 
 
 def record(name: str, value: float) -> None:
-    """Keep a measured figure (seconds) in .devenv/cluster-figures-<worker>.json (notes)."""
+    """Keep a measured figure (seconds, or the unit its name gives) in
+    .devenv/cluster-figures-<worker>.json (notes)."""
     FIGURES.parent.mkdir(exist_ok=True)
     figures = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
     figures[name] = round(value, 2)
