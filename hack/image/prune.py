@@ -50,9 +50,11 @@ STDLIB_EXCLUDED = {
     "pydoc_data", "distutils", "sqlite3", "curses", "venv", "site-packages", "dist-packages",
     "__phello__", "LICENSE.txt",
 }  # fmt: skip
-# Extension modules left out (by module name): UIs, databases, test modules.
+# Extension modules left out (by module name): UIs, databases, test modules, and the deprecated
+# nis (it links libnsl, libtirpc and Kerberos), crypt, spwd and ossaudiodev.
 DYNLOAD_EXCLUDED = {
     "_tkinter", "_curses", "_curses_panel", "readline", "_dbm", "_gdbm", "_sqlite3",
+    "nis", "_crypt", "spwd", "ossaudiodev",
     "_testcapi", "_testinternalcapi", "_testbuffer", "_testimportmultiple",
     "_testmultiphase", "_testclinic", "_ctypes_test", "_xxtestfuzz", "_xxsubinterpreters",
     "xxlimited", "xxlimited_35", "xxsubtype",
