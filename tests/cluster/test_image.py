@@ -1,7 +1,7 @@
 """The image carries its version, licence and source as OCI labels, and an SBOM of the locked
 dependencies (CycloneDX, generated from uv.lock at build time). It holds no shell, no package
 manager and no pip, runs as 65532, and its arm64 build runs `kubescribe version` under
-emulation (qemu-user-static)."""
+emulation (qemu-user-static). `--kustomize` builds kustomize in."""
 
 from __future__ import annotations
 
@@ -198,3 +198,27 @@ def test_the_arm64_image_runs_under_emulation(image_arm64: Image, tmp_path: Path
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"kubescribe {kubescribe.__version__}"
+
+
+def test_kustomize_can_be_built_into_the_image(tools: ClusterTools, tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["bash", str(REPO_ROOT / "hack" / "build-image.sh"), "--kustomize"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "KUBESCRIBE_CLUSTER_DIR": str(tools.root)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    archive, _ = done.stdout.split()
+    config, root = _unpack(Path(archive), tmp_path)
+    _check_hardened(config, root, "amd64")
+    # on the image's PATH, where the operator looks without a flag; it runs as 65532
+    ran = subprocess.run(
+        [_chroot(), "--userspec=65532:65532", str(root), "/usr/local/bin/kustomize", "version"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=IMAGE_ENV,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip().startswith("v5.")
