@@ -51,14 +51,19 @@ RUN /opt/uv/bin/uv sync --frozen --no-dev --no-editable --python-platform "$(cat
     && /opt/uv/bin/uv export --frozen --no-dev --format cyclonedx1.5 \
         --preview-features sbom-export -o /opt/kubescribe/share/kubescribe/sbom.cdx.json --quiet
 
-# The target platform's Debian files (read as data by the prune stage, never run).
+# The target platform's Debian files (read as data by the prune stage, never run). The explicit
+# platform is the default, but buildah 1.28 otherwise keeps the build platform of the stage above.
+# hadolint ignore=DL3065
 FROM --platform=${TARGETPLATFORM} ${RUNTIME} AS runtime
 
-FROM build AS prune
+# On the build platform, like the build stage; what changes less often first (the runtime
+# root's copy survives source changes).
+FROM --platform=${BUILDPLATFORM} ${BASE} AS prune
 ARG TARGETARCH
 ARG KUSTOMIZE=false
 COPY --from=runtime / /runtime/
 COPY hack/image/ /src/hack/image/
+COPY --from=build /opt/kubescribe /opt/kubescribe
 RUN case "${KUSTOMIZE}" in \
       true) kustomize="--kustomize=/src/hack/image/bin/linux-${TARGETARCH:-amd64}/kustomize" ;; \
       false) kustomize="" ;; \
