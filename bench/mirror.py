@@ -1,4 +1,4 @@
-"""Mirror benchmarks from ../shared/benchmarks.md: latency, backfill, burst, memory.
+"""Mirror benchmarks (docs/performance.md has the bar of each): latency, backfill, burst, memory.
 
 Real control plane, bare remote over file://, the operator as a separate process with no commit
 window and prune Always. The clock watches the remote's branch (see `Remote.wait`), so every

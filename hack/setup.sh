@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything kubescribe's tests need on a fresh machine (idempotent): Debian packages,
 # uv, the locked Python environment in .venv, the test control plane, kustomize (built from its
-# Go module, for the kustomize render checks) and (as root) the single-node test cluster that
-# runs kubescribe as a Pod.
+# Go module, for the kustomize render checks), promtool (likewise, for the alert rules' tests)
+# and (as root) the single-node test cluster that runs kubescribe as a Pod, with the release
+# tools (the distribution registry and cosign, from their Go modules).
 #   --demo: only what hack/demo.sh uses: git, uv, the Python environment and the control plane.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,7 @@ esac
 
 APT_PACKAGES=(git)
 if ! $demo; then
-  APT_PACKAGES+=(redis-server age openssh-server openssh-client nginx fcgiwrap shellcheck yamllint)
+  APT_PACKAGES+=(redis-server age openssh-server openssh-client nginx fcgiwrap tinyproxy shellcheck yamllint)
   # The single-node cluster (tests/cluster): container runtime, CNI plugins, image tooling.
   APT_PACKAGES+=(containerd runc containernetworking-plugins mmdebstrap buildah iproute2 util-linux)
   # The arm64 image is checked by running it under emulation (tests/cluster/test_image.py).
@@ -54,6 +55,9 @@ fi
 start=$(date +%s)
 kustomize_dir=$(bash hack/build-kustomize.sh)
 echo "setup: kustomize ready in $(( $(date +%s) - start ))s: $(basename "$kustomize_dir")" >&2
+start=$(date +%s)
+promtool_dir=$(bash hack/build-promtool.sh)
+echo "setup: promtool ready in $(( $(date +%s) - start ))s: $(basename "$promtool_dir")" >&2
 
 # The cluster needs root (namespaces, mounts, cgroups); without it tests/cluster is skipped.
 if [ "$(id -u)" -eq 0 ]; then
@@ -61,4 +65,11 @@ if [ "$(id -u)" -eq 0 ]; then
   cluster_dir=$(bash hack/build-cluster.sh)
   image=$(bash hack/build-image.sh)
   echo "setup: test cluster ready in $(( $(date +%s) - start ))s: $(basename "$cluster_dir"), ${image#* }" >&2
+  # The release tools (hack/release.sh and tests/cluster/test_release.py): the OCI registry
+  # and the signer, from their Go modules.
+  for tool in registry cosign; do
+    start=$(date +%s)
+    tool_dir=$(bash "hack/build-$tool.sh")
+    echo "setup: $tool ready in $(( $(date +%s) - start ))s: $(basename "$tool_dir")" >&2
+  done
 fi

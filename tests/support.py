@@ -4,11 +4,12 @@ process, drive one branch worker."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -68,6 +69,40 @@ class Operator(OperatorProcess):
         return self
 
 
+def record_figure(name: str, value: float, group: str) -> None:
+    """Keep a measured figure in .devenv/<group>-figures-<worker>.json, for the closing notes
+    and bench comparisons (tests assert outcomes; durations are only recorded)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    path = Path(__file__).resolve().parent.parent / ".devenv" / f"{group}-figures-{worker}.json"
+    path.parent.mkdir(exist_ok=True)
+    figures = json.loads(path.read_text()) if path.exists() else {}
+    figures[name] = round(value, 2)
+    path.write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
+
+
+@contextlib.contextmanager
+def operators(
+    cp: ControlPlane, workdir: Path, *flags: str, serving: bool = False
+) -> Iterator[Callable[..., Operator]]:
+    """Start `kubescribe run` against `cp` by calling the yielded function (with `flags` and
+    its own; file:// remotes allowed unless `allow_file_urls=False`); with `serving`, each
+    start returns once the metrics endpoint answers. Every process is stopped on exit."""
+    started: list[Operator] = []
+
+    def start(*extra: str, allow_file_urls: bool = True) -> Operator:
+        op = Operator(cp, workdir, *flags, *extra, allow_file_urls=allow_file_urls).start()
+        started.append(op)
+        if serving:
+            wait_for(op.metrics, timeout=30, what="the operator's metrics endpoint")
+        return op
+
+    try:
+        yield start
+    finally:
+        for op in started:
+            op.stop()
+
+
 def condition(
     cp: ControlPlane, kind: str, name: str, namespace: str | None, ctype: str
 ) -> dict[str, Any] | None:
@@ -110,7 +145,7 @@ def wait_condition(
     return wait_for(check, timeout=timeout, what=f"{kind} {name} {ctype}={status} {reason or ''}")
 
 
-def wait_ready(cp: ControlPlane, ns: str, name: str = "mirror", timeout: float = 30) -> None:
+def wait_ready(cp: ControlPlane, ns: str, name: str = "mirror", timeout: float = 90) -> None:
     """GitTarget `ns/name` is Ready."""
     wait_for(
         lambda: (condition(cp, "gittarget", name, ns, "Ready") or {}).get("status") == "True",

@@ -95,6 +95,7 @@ async def run_operator(
     kustomize: str | None = None,
     cache_quota: int = 0,
     sharing: Sharing | None = None,
+    owner_cluster_role: str = "",
     attribution_options: AttributionOptions | None = None,
     certificates: CertificateOptions | None = None,
     stopper: Stopper | None = None,
@@ -130,10 +131,12 @@ async def run_operator(
         replica_id=sharing.replica_id,
         lease_namespace=sharing.lease_namespace,
         lease_duration=sharing.lease_duration,
+        owner_cluster_role=owner_cluster_role,
     )
     if stopper is not None:
         settings.shutdown_timeout = stopper.timeout
     options = attribution_options or AttributionOptions()
+    settings.changes_webhook_name = options.changes_webhook_name
     if certs is not None and options.changes_webhook_url:
         settings.changes_webhook = (options.changes_webhook_url, certs.bundle)
     elif options.changes_webhook_url and options.changes_webhook_ca:

@@ -2,6 +2,11 @@
 
 Each command imports what it uses when it runs: loading this module declares the commands and
 their flags only, so `kubescribe version` and `--help` answer without loading the operator.
+
+Errors are one line on stderr that says what is wrong and how to fix it: exit code 2 for a
+usage error (a flag, a value, a command), 1 for one at run time (a kubeconfig, the API server);
+`kubescribe --debug ...` adds the traceback. Shell completion is click's:
+`eval "$(_KUBESCRIBE_COMPLETE=bash_source kubescribe)"` (zsh_source, fish_source).
 """
 
 from __future__ import annotations
@@ -9,9 +14,11 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
-from collections.abc import Callable
+import sys
+import traceback
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -32,10 +39,192 @@ from kubescribe.store.redis_options import (
     RedisOptions,
 )
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"kubescribe: {_one_line(message)}", err=True)
+    sys.exit(code)
+
+
+def _debugging(argv: Sequence[str]) -> bool:
+    """`--debug` among the global flags (before the command's name or a `--`)."""
+    for arg in argv:
+        if arg == "--debug":
+            return True
+        if arg == "--" or not arg.startswith("-"):
+            return False
+    return False
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an error at run time: what failed and what to do about it. The modules
+    of the exceptions are only looked at when already loaded (start-up stays light)."""
+    from_config = sys.modules.get("kubescribe.kube.config")
+    if from_config is not None and isinstance(exc, from_config.ConfigError):
+        return str(exc)
+    client = sys.modules.get("kubescribe.kube.client")
+    if client is not None and isinstance(exc, client.ApiError):
+        hint = {
+            401: "the credentials were refused: check the kubeconfig's user (or --context)",
+            403: "the user may not do this: check its RBAC",
+        }.get(exc.status, "see the API server's message")
+        return f"the API server answered {exc}; {hint}"
+    aiohttp = sys.modules.get("aiohttp")
+    if aiohttp is not None:
+        if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+            return (
+                f"the API server at {exc.host}:{exc.port} presented a certificate that is not "
+                "trusted; check certificate-authority in the kubeconfig"
+            )
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            return (
+                f"cannot reach the API server at {exc.host}:{exc.port} "
+                f"({os.strerror(exc.errno) if exc.errno else exc.os_error}); "
+                "check the kubeconfig's server (or --context) and that the cluster is up"
+            )
+        if isinstance(exc, aiohttp.ClientError):
+            return f"the API server connection failed ({exc.__class__.__name__}: {exc})"
+    if isinstance(exc, TimeoutError):
+        return "the API server did not answer in time; check the network and the cluster"
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f" {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}:{where}"
+    return (
+        f"{exc.__class__.__name__}: {exc} (a bug: rerun with `kubescribe --debug` and report "
+        "the traceback)"
+    )
+
+
+class _Commands(click.Group):
+    """Runs the command line with every error turned into one line (see the module doc)."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        debug = _debugging(argv)
+        try:
+            code = super().main(
+                argv,
+                prog_name or "kubescribe",
+                complete_var,
+                standalone_mode=False,
+                **extra,
+            )
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "kubescribe"
+            _fail(f"{exc.format_message()} (see '{where} --help')", exc.exit_code)
+        except click.ClickException as exc:
+            _fail(exc.format_message(), exc.exit_code)
+        except click.Abort:
+            sys.exit(130)
+        except Exception as exc:
+            if debug:
+                traceback.print_exc()
+            _fail(describe(exc), 1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _debug_flag(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    return value  # read from argv by _Commands.main, which must know before parsing fails
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(
+    __version__, "--version", prog_name="kubescribe", message="%(prog)s %(version)s"
+)
+@click.option(
+    "--debug",
+    is_flag=True,
+    expose_value=False,
+    callback=_debug_flag,
+    help="Print the traceback of an error (before the command: kubescribe --debug run ...).",
+)
 def main() -> None:
-    """kubescribe keeps a Git repository as a clean mirror of the Kubernetes API."""
+    """kubescribe keeps a Git repository as a clean mirror of the Kubernetes API.
+
+    \b
+    Kubeconfig: --kubeconfig, else $KUBECONFIG (files merged as kubectl does), else
+    ~/.kube/config, else the in-cluster service account; --context picks a context.
+    Shell completion: eval "$(_KUBESCRIBE_COMPLETE=bash_source kubescribe)"
+    (zsh_source, fish_source).
+    """
+
+
+def _address(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """host:port ('' = off), as the listeners take it: [v6]:port, or :port for every address."""
+    if not value:
+        return value
+    host, sep, port = value.rpartition(":")
+    ok = bool(sep) and port.isdigit() and 0 <= int(port) <= 65535
+    if ok and host.startswith("["):
+        ok = host.endswith("]") and ":" in host
+    elif ok:
+        ok = ":" not in host and " " not in host
+    if not ok:
+        raise click.BadParameter(
+            f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:8080, :8080 or [::1]:8080; '' turns "
+            "it off)"
+        )
+    return value
+
+
+def _existing_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return value
+    path = Path(os.path.expanduser(value))
+    if not path.is_file():
+        why = "is a directory" if path.is_dir() else "does not exist"
+        raise click.BadParameter(
+            f"{value} {why}; give a kubeconfig file, or leave the flag out to use $KUBECONFIG "
+            "or ~/.kube/config"
+        )
+    return value
+
+
+def _age_recipients(
+    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> tuple[str, ...]:
+    if not value:
+        return value
+    from kubescribe.secrets.age import check_recipient  # noqa: PLC0415
+
+    for recipient in value:
+        try:
+            check_recipient(recipient)
+        except ValueError:
+            raise click.BadParameter(
+                f"{recipient!r} is not an age X25519 public key (age1...; `age-keygen -y KEYFILE` "
+                "prints yours)"
+            ) from None
+    return value
+
+
+def _kubeconfig_options(command: Callable[..., None]) -> Callable[..., None]:
+    """--kubeconfig and --context, resolved as kubectl resolves them (`kube.config.resolve`)."""
+    command = click.option(
+        "--context",
+        default=None,
+        help="Kubeconfig context (default: the current-context).",
+    )(command)
+    return click.option(
+        "--kubeconfig",
+        default=None,
+        metavar="FILE",
+        callback=_existing_file,
+        help="Kubeconfig file. Default: $KUBECONFIG (a ':'-separated list, merged as kubectl "
+        "does), else ~/.kube/config, else the in-cluster service account.",
+    )(command)
 
 
 @main.command()
@@ -59,6 +248,7 @@ def _attribution_options(command: Callable[..., None]) -> Callable[..., None]:
         click.option(
             "--audit-addr",
             default="",
+            callback=_address,
             help="host:port of the HTTPS audit webhook receiver ('' = off).",
         ),
         click.option(
@@ -132,6 +322,7 @@ def _attribution_options(command: Callable[..., None]) -> Callable[..., None]:
         click.option(
             "--webhook-addr",
             default="",
+            callback=_address,
             help="host:port of the HTTPS admission webhook that records CommitRequest "
             "authors ('' = off).",
         ),
@@ -152,6 +343,13 @@ def _attribution_options(command: Callable[..., None]) -> Callable[..., None]:
             "--changes-webhook-ca",
             type=path,
             help="CA (PEM) of the webhook's serving certificate, for the registration's caBundle.",
+        ),
+        click.option(
+            "--changes-webhook-name",
+            default="kubescribe-attribution",
+            show_default=True,
+            help="Name of that ValidatingWebhookConfiguration: one per install (the chart: "
+            "<release>-attribution).",
         ),
         click.option(
             "--webhook-allow-anonymous",
@@ -257,13 +455,7 @@ def _certificate_options(command: Callable[..., None]) -> Callable[..., None]:
 
 
 @main.command()
-@click.option(
-    "--kubeconfig",
-    type=click.Path(exists=True, path_type=Path),
-    envvar="KUBECONFIG",
-    help="Kubeconfig file; in-cluster service account when omitted.",
-)
-@click.option("--context", default=None, help="Kubeconfig context.")
+@_kubeconfig_options
 @click.option(
     "--cache-dir",
     type=click.Path(path_type=Path),
@@ -283,9 +475,15 @@ def _certificate_options(command: Callable[..., None]) -> Callable[..., None]:
     "--metrics-addr",
     default="127.0.0.1:8080",
     show_default=True,
+    callback=_address,
     help="host:port for /metrics, /healthz and /readyz ('' to disable).",
 )
-@click.option("--log-level", default="info", show_default=True)
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="info",
+    show_default=True,
+)
 @click.option(
     "--allow-file-urls",
     is_flag=True,
@@ -363,10 +561,19 @@ def _certificate_options(command: Callable[..., None]) -> Callable[..., None]:
     "`kustomize` on PATH; without one, such targets report RenderMatchesLive=Unknown / "
     "RenderCheckUnavailable and are still written).",
 )
+@click.option(
+    "--owner-cluster-role",
+    default="",
+    metavar="NAME",
+    help="Give what the operator creates cluster-wide (the change webhook's "
+    "ValidatingWebhookConfiguration) an ownerReference to the ClusterRole NAME, so that the "
+    "garbage collector deletes it with the ClusterRole (the chart: its own, on helm "
+    "uninstall). '' = no owner.",
+)
 @_attribution_options
 @_certificate_options
 def run(
-    kubeconfig: Path | None,
+    kubeconfig: str | None,
     context: str | None,
     cache_dir: Path,
     cache_quota: str,
@@ -383,6 +590,7 @@ def run(
     lease_duration: float,
     shutdown_timeout: float,
     kustomize_binary: str,
+    owner_cluster_role: str,
     webhook_cert_secret: str,
     webhook_cert_namespace: str,
     webhook_cert_hosts: tuple[str, ...],
@@ -396,30 +604,14 @@ def run(
     **attribution: Any,
 ) -> None:
     """Run the operator until SIGTERM/SIGINT; pending writes are flushed on the way out."""
-    # What only some configurations use (Redis, managed certificates, encryption) is imported
-    # further down, where it is configured.
+    # Flags are checked and the API server asked first, before the operator is loaded: a wrong
+    # flag or kubeconfig costs a fraction of a second. What only some configurations use (Redis,
+    # managed certificates, encryption) is imported further down, where it is configured.
     import asyncio  # noqa: PLC0415
 
-    import structlog  # noqa: PLC0415
-
-    from kubescribe import logs  # noqa: PLC0415
-    from kubescribe.app import (  # noqa: PLC0415
-        MANAGED_FILES,
-        Sharing,
-        managed_certificates,
-        run_operator,
-    )
     from kubescribe.git.quota import parse_size  # noqa: PLC0415
-    from kubescribe.git.repo import limit_libgit2_memory  # noqa: PLC0415
-    from kubescribe.git.sandbox import confine_libgit2, network_isolation  # noqa: PLC0415
-    from kubescribe.net.addresses import NetworkPolicy, set_network_policy  # noqa: PLC0415
     from kubescribe.server.attribution import AttributionOptions  # noqa: PLC0415
-    from kubescribe.stopping import Stopper  # noqa: PLC0415
 
-    logs.configure(log_level)
-    set_network_policy(NetworkPolicy(deny_private=deny_private_networks))
-    limit_libgit2_memory()
-    confine_libgit2()  # no .gitconfig outside a repository is read (docs/security.md)
     for many in ("audit_extra_routes", "webhook_client_cns"):
         attribution[many] = tuple(attribution[many])
     attribution["redis"] = _redis_options(
@@ -428,14 +620,55 @@ def run(
         attribution.pop("redis_key_prefix"),
     )
     attribution_options = AttributionOptions(**attribution)
-    certificates = None
     if webhook_cert_secret:
+        from kubescribe.app import MANAGED_FILES  # noqa: PLC0415
+
         given = [f for f in MANAGED_FILES if getattr(attribution_options, f) is not None]
         if given:
             flags = ", ".join("--" + f.replace("_", "-") for f in given)
             raise click.UsageError(f"--webhook-cert-secret manages the certificates: drop {flags}")
         if not webhook_cert_hosts:
             raise click.UsageError("--webhook-cert-secret needs --webhook-cert-host")
+    if not webhook_cert_secret and (problems := attribution_options.problems()):
+        raise click.UsageError("; ".join(problems))
+    try:
+        quota = parse_size(cache_quota)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--cache-quota-per-namespace") from None
+    kustomize = shutil.which(kustomize_binary or "kustomize")
+    if kustomize_binary and kustomize is None:
+        raise click.BadParameter(
+            f"{kustomize_binary} is not an executable file", param_hint="--kustomize"
+        )
+    from kubescribe.git.transport.proxy import ProxyConfigError, process_settings  # noqa: PLC0415
+
+    try:  # read again for every Git transfer; refused here rather than at the first one
+        proxies = process_settings()
+    except ProxyConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    asyncio.run(_reach_api_server(kubeconfig, context))
+
+    import structlog  # noqa: PLC0415
+
+    from kubescribe import logs  # noqa: PLC0415
+    from kubescribe.app import (  # noqa: PLC0415
+        Sharing,
+        managed_certificates,
+        run_operator,
+    )
+    from kubescribe.git.repo import limit_libgit2_memory  # noqa: PLC0415
+    from kubescribe.git.sandbox import confine_libgit2, network_isolation  # noqa: PLC0415
+    from kubescribe.net.addresses import NetworkPolicy, set_network_policy  # noqa: PLC0415
+    from kubescribe.stopping import Stopper  # noqa: PLC0415
+
+    logs.configure(log_level)
+    if proxy_settings := proxies.describe():
+        structlog.get_logger(__name__).info("git.proxy", **proxy_settings)
+    set_network_policy(NetworkPolicy(deny_private=deny_private_networks))
+    limit_libgit2_memory()
+    confine_libgit2()  # no .gitconfig outside a repository is read (docs/security.md)
+    certificates = None
+    if webhook_cert_secret:
         from kubescribe.controller.certrotation import Policy  # noqa: PLC0415
         from kubescribe.controller.webhookcerts import CertificateOptions  # noqa: PLC0415
 
@@ -456,17 +689,8 @@ def run(
                 audit_url=audit_webhook_url,
             ),
         )
-    if problems := attribution_options.problems():
-        raise click.UsageError("; ".join(problems))
-    try:
-        quota = parse_size(cache_quota)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--cache-quota-per-namespace") from None
-    kustomize = shutil.which(kustomize_binary or "kustomize")
-    if kustomize_binary and kustomize is None:
-        raise click.BadParameter(
-            f"{kustomize_binary} is not an executable file", param_hint="--kustomize"
-        )
+        if problems := attribution_options.problems():
+            raise click.UsageError("; ".join(problems))
     if kustomize and not network_isolation():
         # Remote references are still refused before kustomize runs, and it has no `git`.
         structlog.get_logger(__name__).warning(
@@ -474,7 +698,7 @@ def run(
         )
     stopper = Stopper(shutdown_timeout)
     operator = run_operator(
-        kubeconfig,
+        Path(kubeconfig) if kubeconfig else None,
         context,
         cache_dir,
         metrics_addr,
@@ -486,16 +710,70 @@ def run(
         kustomize=kustomize,
         cache_quota=quota,
         sharing=Sharing(replica_id, lease_namespace, lease_duration),
+        owner_cluster_role=owner_cluster_role,
         attribution_options=attribution_options,
         certificates=certificates,
         stopper=stopper,
     )
     asyncio.run(stopper.run(operator))
+    stopper.end()
 
 
 @main.command()
-@click.option("--kubeconfig", type=click.Path(exists=True, path_type=Path), envvar="KUBECONFIG")
-@click.option("--context", default=None)
+@_kubeconfig_options
+@click.option(
+    "--namespace",
+    default=None,
+    help="Where the operator runs (default: found by its label in every namespace).",
+)
+@click.option(
+    "--operator-url",
+    default=None,
+    help="Read the metrics of an operator run as a process here (e.g. http://127.0.0.1:8080) "
+    "instead of through the API server from its Pods.",
+)
+@click.option(
+    "--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+def check(
+    kubeconfig: str | None,
+    context: str | None,
+    namespace: str | None,
+    operator_url: str | None,
+    output: str,
+) -> None:
+    """Check the whole install: one line per check, the fix under each failure; exit 1 when
+    anything fails."""
+    import asyncio  # noqa: PLC0415
+
+    from kubescribe import __version__  # noqa: PLC0415
+    from kubescribe.checkup.gather import gather  # noqa: PLC0415
+    from kubescribe.checkup.verdicts import (  # noqa: PLC0415
+        Verdict,
+        as_json,
+        failed,
+        table,
+        verdicts,
+    )
+    from kubescribe.kube.client import KubeClient  # noqa: PLC0415
+
+    async def read() -> list[Verdict]:
+        client = await KubeClient.connect(kubeconfig, context)
+        try:
+            facts = await gather(
+                client, namespace=namespace, operator_url=operator_url, version=__version__
+            )
+        finally:
+            await client.close()
+        return verdicts(facts)
+
+    found = asyncio.run(read())
+    click.echo(as_json(found) if output == "json" else table(found))
+    raise SystemExit(1 if failed(found) else 0)
+
+
+@main.command()
+@_kubeconfig_options
 @click.option(
     "--repo",
     "repo_dir",
@@ -525,8 +803,17 @@ def run(
     show_default=True,
     help="What each document holds, as a GitTarget's spec.content.mode (docs/content.md).",
 )
+@click.option(
+    "--age-recipient",
+    "recipients",
+    multiple=True,
+    metavar="AGE1...",
+    callback=_age_recipients,
+    help="Write Secrets SOPS-encrypted to this age public key (repeatable). Without one, "
+    "Secrets are skipped: a snapshot never writes one in plain text.",
+)
 def snapshot(
-    kubeconfig: Path | None,
+    kubeconfig: str | None,
     context: str | None,
     repo_dir: Path,
     branch: str,
@@ -535,13 +822,19 @@ def snapshot(
     namespace: str,
     selector: str | None,
     content: str,
+    recipients: tuple[str, ...],
 ) -> None:
-    """Export the selected objects into a Git repository once (brownfield onboarding)."""
+    """Export the selected objects into a Git repository once (brownfield onboarding).
+
+    Secrets are skipped (and counted on stderr) unless --age-recipient is given: then they are
+    written SOPS-encrypted, as a GitTarget with encryption writes them.
+    """
     import asyncio  # noqa: PLC0415
 
     from kubescribe import logs  # noqa: PLC0415
     from kubescribe.api.models import CONTROLLER_MANAGERS  # noqa: PLC0415
     from kubescribe.controller.snapshot import (  # noqa: PLC0415
+        Exported,
         Selection,
         SnapshotError,
         run_snapshot,
@@ -555,7 +848,7 @@ def snapshot(
     logs.configure("warning")
     selection = Selection(resources, namespace, selector)
 
-    async def export() -> str | None:
+    async def export() -> Exported:
         client = await KubeClient.connect(kubeconfig, context)
         try:
             types = await select_types(client, selection)
@@ -575,15 +868,40 @@ def snapshot(
                     committer=Committer("kubescribe", "kubescribe@users.noreply.local"),
                     progress=advance,
                     content=Content(content, CONTROLLER_MANAGERS),
+                    recipients=recipients,
                 )
         finally:
             await client.close()
 
     try:
-        tip = asyncio.run(export())
+        exported = asyncio.run(export())
     except SnapshotError as exc:
         raise click.ClickException(str(exc)) from None
+    tip = exported.tip
     click.echo(f"{repo_dir}: {branch} at {tip}" if tip else f"{repo_dir}: nothing to write")
+    if exported.refused and not recipients:
+        count = len(exported.refused)
+        click.echo(
+            f"kubescribe: skipped {count} Secret{'s' if count != 1 else ''} (never written in "
+            "plain text); add --age-recipient AGE1... to write them SOPS-encrypted",
+            err=True,
+        )
+    elif exported.refused:
+        message = exported.refused[0][2]
+        more = f" (and {len(exported.refused) - 1} more)" if len(exported.refused) > 1 else ""
+        raise click.ClickException(f"{message}{more}")
+
+
+async def _reach_api_server(kubeconfig: str | None, context: str | None) -> None:
+    """Read the kubeconfig and ask the API server its version once, so that a wrong kubeconfig,
+    context, address or credential ends `run` at once with one line (exit code 1)."""
+    from kubescribe.kube.client import KubeClient  # noqa: PLC0415
+
+    client = await KubeClient.connect(kubeconfig, context)
+    try:
+        await client.get("/version", timeout=15)
+    finally:
+        await client.close()
 
 
 def _redis_options(url: str, ca_file: Path | None, key_prefix: str) -> RedisOptions | None:

@@ -1,10 +1,36 @@
-"""Prometheus metrics, on a private registry. Labels stay low-cardinality: never object names."""
+"""Prometheus metrics, on a private registry. Labels stay low-cardinality: object names only
+for GitTargets (`target`, namespace/name), whose series the replica writing the target owns and
+removes when it stops writing it (hand-over, deletion), so a sum over replicas never counts a
+target twice."""
 
 from __future__ import annotations
 
+import contextlib
+import platform
+from collections.abc import Callable
+
+import pygit2
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from kubescribe import __version__
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+# process_* (CPU, resident memory, open files, start time), python_info and python_gc_*: the
+# default registry's collectors, on ours.
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+GCCollector(registry=REGISTRY)
+
+BUILD_INFO = Gauge(
+    "kubescribe_build_info",
+    "Always 1; the labels name the running build (kubescribe, Python and libgit2 versions).",
+    ["version", "python", "libgit2"],
+    registry=REGISTRY,
+)
+BUILD_INFO.labels(__version__, platform.python_version(), pygit2.LIBGIT2_VERSION).set(1)
 
 WATCH_EVENTS = Counter(
     "kubescribe_watch_events_total", "Watch events received.", ["gvr", "type"], registry=REGISTRY
@@ -206,6 +232,20 @@ AUDIT_EVENTS = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
+AUDIT_LAST_EVENT = Gauge(
+    "kubescribe_audit_last_event_timestamp_seconds",
+    "Unix time of the last audit batch received on a route (0: none yet); absent without an "
+    "audit receiver.",
+    ["route"],
+    registry=REGISTRY,
+)
+REDIS_UP = Gauge(
+    "kubescribe_redis_up",
+    "1 while the last Redis operation of a store (facts) succeeded, 0 after a failure; "
+    "absent without Redis.",
+    ["store"],
+    registry=REGISTRY,
+)
 AUDIT_REQUESTS = Counter(
     "kubescribe_audit_requests_total",
     "Audit webhook requests, by HTTP status code.",
@@ -341,5 +381,77 @@ PLAN_FAILURES = Gauge(
     "kubescribe_plan_failures",
     "Objects whose spec the plan compiler could not evaluate (SpecNotEvaluated), by kind.",
     ["kind"],
+    registry=REGISTRY,
+)
+
+# -- per target: owned by the replica that writes the target, removed when it stops ----------
+LAST_PUSH = Gauge(
+    "kubescribe_target_last_push_timestamp_seconds",
+    "When this replica last pushed a commit of a GitTarget (Unix seconds); absent until its first"
+    " push of the target since it took the target's branch.",
+    ["target"],
+    registry=REGISTRY,
+)
+OLDEST_PENDING = Gauge(
+    "kubescribe_target_oldest_pending_change_seconds",
+    "Age of the oldest change of a GitTarget seen but not yet pushed (0: nothing pending);"
+    " computed at scrape time, so it grows while the remote is down or the writer is stuck.",
+    ["target"],
+    registry=REGISTRY,
+)
+TARGET_REFUSED = Gauge(
+    "kubescribe_target_refused_documents",
+    "Documents of a GitTarget not written as of its last write (refused content, a path Git"
+    " refuses, a conflict, a duplicate or oversized file; DocumentsWritten names them).",
+    ["target"],
+    registry=REGISTRY,
+)
+PER_TARGET = (DOCUMENTS, RETAINED, DUPLICATES, OVERSIZED, LAST_PUSH, OLDEST_PENDING, TARGET_REFUSED)
+PER_BRANCH = (QUEUE_DEPTH, BACKPRESSURE, CACHE_PACKS)
+
+_target_owners: dict[str, object] = {}
+
+
+def claim_target(target: str, owner: object, pending_age: Callable[[], float]) -> None:
+    """`owner` (a branch worker) writes `target` from now on: its series are the owner's, and
+    the age of its oldest pending change is `pending_age()` at each scrape."""
+    _target_owners[target] = owner
+    OLDEST_PENDING.labels(target).set_function(pending_age)
+
+
+def owns_target(target: str, owner: object) -> bool:
+    return _target_owners.get(target) is owner
+
+
+def forget_target(target: str, owner: object) -> None:
+    """Remove `target`'s series if `owner` still owns them (not when another worker of this
+    replica took the target meanwhile)."""
+    if _target_owners.get(target) is not owner:
+        return
+    del _target_owners[target]
+    for gauge in PER_TARGET:
+        with contextlib.suppress(KeyError):
+            gauge.remove(target)
+
+
+def forget_branch(branch: str) -> None:
+    """Remove a branch writer's series (`<url>#<branch>`) once it stopped here."""
+    for family in PER_BRANCH:
+        with contextlib.suppress(KeyError):
+            family.remove(branch)
+
+
+# -- set by the reconcile loop -----------------------------------------------------------------
+TARGET_READY = Gauge(
+    "kubescribe_target_ready",
+    "1 while a GitTarget is Ready, 0 otherwise; `reason` is its Ready reason (see the README's"
+    " troubleshooting table). Exported by the replica that writes the target's status.",
+    ["target", "reason"],
+    registry=REGISTRY,
+)
+CACHE_QUOTA = Gauge(
+    "kubescribe_cache_quota_bytes",
+    "Bytes each namespace's clones may hold in the object cache (--cache-quota-per-namespace;"
+    " 0: no quota).",
     registry=REGISTRY,
 )

@@ -4,8 +4,12 @@ The first signal cancels the operator's main task; its shutdown writes and pushe
 writers hold, saves the cursors and releases the Leases within the shutdown timeout. A second
 signal exits at once. A watchdog thread is the last resort: when the stop overruns the timeout
 by a margin (a blocked event loop, a shutdown step that ignores its bound), it gives the event
-loop one second to release the Leases and exits with EXIT_OVERRAN; when the operator stopped but
-the process lingers (the interpreter joining a thread stuck in a transfer), it exits with 0.
+loop one second to release the Leases and exits with EXIT_OVERRAN.
+
+After a clean stop, `end` lets the threads still busy (a write the stop gave up on) finish for
+at most the margin, then exits 0 without the interpreter's teardown: that teardown joins those
+threads without a bound and frees modules and thread states while C extensions may still use
+them (a replica aborted there once, on a corrupted heap, in a long rolling-restart run).
 """
 
 from __future__ import annotations
@@ -83,15 +87,20 @@ class Stopper:
             self._task.cancel()
         threading.Thread(target=self._watch, name="kubescribe-stop-watchdog", daemon=True).start()
 
+    def end(self) -> None:
+        """Exit 0 once the operator stopped cleanly: the threads still working get up to the
+        margin to finish (what they did not push is not acknowledged, so it is replayed)."""
+        deadline = time.monotonic() + self.margin
+        for thread in _busy_threads():
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if busy := _busy_threads():
+            log.warning("operator.threads_abandoned", threads=sorted(t.name for t in busy))
+        _flush_streams()
+        self._exit(0)
+
     def _watch(self) -> None:
         if self._stopped.wait(self.timeout + self.margin):
-            # The operator stopped; a process still here after the margin is held by a thread
-            # (the interpreter joins them before it exits).
-            time.sleep(self.margin)
-            log.warning("operator.threads_abandoned", threads=_live_threads())
-            _flush_streams()
-            self._exit(0)
-            return
+            return  # the operator stopped: `end` exits
         log.error("operator.stop_overran", timeout=self.timeout, threads=_live_threads())
         loop, release = self._loop, self._release
         if loop is not None and release is not None and loop.is_running():
@@ -107,6 +116,12 @@ class Stopper:
 def _live_threads() -> list[str]:
     me = threading.current_thread()
     return sorted(t.name for t in threading.enumerate() if t is not me and t.is_alive())
+
+
+def _busy_threads() -> list[threading.Thread]:
+    """The threads other than this one that the interpreter would wait for at exit."""
+    me = threading.current_thread()
+    return [t for t in threading.enumerate() if t is not me and not t.daemon and t.is_alive()]
 
 
 def _flush_streams() -> None:

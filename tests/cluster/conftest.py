@@ -7,6 +7,7 @@ its session (about 0.8 GiB; several side by side work)."""
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import os
@@ -32,21 +33,16 @@ from kubescribe.devenv.controlplane import REPO_ROOT
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.sshgit import SshGitServer, sshd_binary
 from tests.manifests import CM_RULE, cm_path, keypair, provider, secret, target, watch_rule
-from tests.support import manifest, wait_for
+from tests.support import manifest, record_figure, wait_for
 
 pytestmark = pytest.mark.cluster
 NAMESPACE = "kubescribe-system"
-WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
-FIGURES = REPO_ROOT / ".devenv" / f"cluster-figures-{WORKER}.json"
 
 
 def record(name: str, value: float) -> None:
     """Keep a measured figure (seconds, or the unit its name gives) in
     .devenv/cluster-figures-<worker>.json (notes)."""
-    FIGURES.parent.mkdir(exist_ok=True)
-    figures = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
-    figures[name] = round(value, 2)
-    FIGURES.write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
+    record_figure(name, value, "cluster")
 
 
 @pytest.fixture(scope="session")
@@ -223,21 +219,34 @@ def install(cluster: Cluster, image: Image) -> Iterator[Callable[..., Release]]:
     """helm install --wait of the chart (its own ServiceAccount; uninstalled afterwards)."""
     releases: list[Release] = []
 
-    def run(name: str, *values: str, wait: bool = True) -> Release:
+    def run(
+        name: str,
+        *values: str,
+        wait: bool = True,
+        files: dict[str, Path] | None = None,
+        chart: str = "",
+        helm_args: tuple[str, ...] = (),
+    ) -> Release:
+        """Installs the chart of the worktree with the image built here (never pulled), or
+        `chart` (`oci://...`; `helm_args` such as `--version`) with the image its values name;
+        `files` are --set-file values."""
         rel = Release(cluster, name)
-        rel.values = [
+        local_image = [
             f"image.repository={image.repository}",
             f"image.tag={image.tag}",
             "image.pullPolicy=Never",
-            "logLevel=debug",
-            *values,
         ]
+        rel.values = [*([] if chart else local_image), "logLevel=debug", *values]
         args = [f"--set={v}" for v in rel.values]
+        args += [f"--set-file={key}={path}" for key, path in (files or {}).items()]
         t0 = time.monotonic()
         releases.append(rel)
         done = cluster.helm(
-            "install", name, str(REPO_ROOT / "charts" / "kubescribe"), "-n", NAMESPACE,
-            "--create-namespace", *(["--wait", "--timeout=120s"] if wait else []), *args,
+            "install", name, chart or str(REPO_ROOT / "charts" / "kubescribe"),
+            *helm_args, "-n", NAMESPACE,
+            # The CRDs an earlier release left (crds.keep) are adopted by this one.
+            "--create-namespace", "--take-ownership",
+            *(["--wait", "--timeout=120s"] if wait else []), *args,
             check=False,
         )  # fmt: skip
         assert done.returncode == 0, f"{done.stderr}\n{rel.logs()}"
@@ -271,3 +280,78 @@ def assert_linear_without_empty_commits(repo: Repo) -> list[str]:
             changed = git("diff-tree", "--name-only", "-r", parents[0], sha, cwd=path).strip()
             assert changed, f"commit {sha[:12]} changes nothing"
     return shas
+
+
+def get_secret(cluster: Cluster, name: str) -> dict[str, Any] | None:
+    """The Secret `name` of the release namespace, or None."""
+    done = cluster.kubectl("get", "secret", name, "-n", NAMESPACE, "-o", "json", check=False)
+    return json.loads(done.stdout) if done.returncode == 0 else None
+
+
+def attribution_values(name: str, ns: str, confdir: Path, source: str = "operator") -> list[str]:
+    """Values of a release `name` whose audit receiver and admission webhook kube-apiserver
+    reaches at the node address (hostPort), its apiserver files to go to `confdir`."""
+    return [
+        f"rbac.secretNamespaces={{{ns}}}", "audit.enabled=true", "admission.enabled=true",
+        "audit.hostPort=9443", "admission.hostPort=9444", f"certificates.extraSANs={{{NODE_IP}}}",
+        f"audit.url=https://{NODE_IP}:9443/audit-webhook/local",
+        f"admission.url=https://{NODE_IP}:9444/validate-commitrequests",
+        f"apiserverConfigDir={confdir}", f"certificates.source={source}",
+    ]  # fmt: skip
+
+
+def wire_apiserver(cluster: Cluster, name: str, confdir: Path) -> None:
+    """The cluster administrator's part, as the chart's NOTES tell it: the files of the Secret
+    <name>-kubescribe-apiserver-config into `confdir`, kube-apiserver restarted with them."""
+    files = wait_for(
+        lambda: get_secret(cluster, f"{name}-kubescribe-apiserver-config"),
+        timeout=60,
+        what="the apiserver-config Secret",
+    )
+    assert files is not None
+    confdir.mkdir()
+    for file, value in files["data"].items():
+        (confdir / file).write_bytes(base64.b64decode(value))
+    cluster.restart_apiserver(
+        f"--audit-policy-file={confdir}/audit-policy.yaml",
+        f"--audit-webhook-config-file={confdir}/audit-webhook.kubeconfig",
+        "--audit-webhook-batch-max-wait=1s",
+        f"--admission-control-config-file={confdir}/admission-configuration.yaml",
+    )
+
+
+@dataclass
+class User:
+    """A user of the cluster (client certificate, no group), with Roles granted per namespace."""
+
+    cluster: Cluster
+    name: str
+
+    def __post_init__(self) -> None:
+        self.kubeconfig = self.cluster.user_kubeconfig(self.name)
+
+    def grant(self, ns: str, verbs: str, resource: str) -> None:
+        role = f"{self.name}-{resource.split('.', maxsplit=1)[0]}"
+        self.cluster.kubectl(
+            "create", "role", role, "-n", ns, f"--verb={verbs}", f"--resource={resource}"
+        )
+        self.cluster.kubectl(
+            "create", "rolebinding", role, "-n", ns, f"--role={role}", f"--user={self.name}"
+        )
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> None:
+        assert self.cluster.tools is not None
+        subprocess.run(
+            [str(self.cluster.tools.kubectl), f"--kubeconfig={self.kubeconfig}", *args],
+            input=stdin, text=True, capture_output=True, check=True,
+        )  # fmt: skip
+
+
+def commit_mentioning(repo: Repo, text: str, timeout: float = 60) -> dict[str, str]:
+    """The first commit of the remote whose message mentions `text` (waits for it)."""
+
+    def find() -> dict[str, str] | None:
+        return next((c for c in repo.remote.log() if text in c["message"]), None)
+
+    found: dict[str, str] = wait_for(find, timeout=timeout, what=f"a commit mentioning {text}")
+    return found

@@ -1,13 +1,17 @@
-"""The chart lints, and deploy/kubescribe.yaml is what it renders (needs the cached helm)."""
+"""The chart lints, deploy/kubescribe.yaml is what it renders, and what its values render
+(CRDs, the change webhook's name and owner, the bootstrap objects; needs the cached helm)."""
 
 from __future__ import annotations
 
+import base64
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from kubescribe.api.crds import crd_manifests
 from kubescribe.devenv.cluster import ClusterTools
 from kubescribe.devenv.controlplane import KUBE_VERSION
 from kubescribe.devenv.manifests import CHART, DEPLOY, render_deploy
@@ -23,6 +27,14 @@ def test_helm_lint_passes(tools: ClusterTools) -> None:
         ["--set=admission.enabled=true", "--set=certificates.source=cert-manager"],
         ["--set=redis.url=rediss://redis:6380/0", "--set=redis.existingSecret=r"],
         ["--set=tenantServiceAccount=kubescribe-reader"],
+        ["--set=crds.enabled=false"],
+        ["--set=crds.keep=false"],
+        [
+            "--set=bootstrap.enabled=true",
+            "--set=bootstrap.url=git@git.example:org/repo.git",
+            "--set=bootstrap.existingSecret=creds",
+            "--set=bootstrap.namespace=team-a",
+        ],
     ):
         done = subprocess.run(
             [str(tools.helm), "lint", "--strict", str(CHART), *values],
@@ -148,3 +160,125 @@ def test_the_shutdown_timeout_reaches_the_pod_and_fits_in_its_grace_period(
     too_long = render(tools, "--set=shutdownTimeout=26")  # the default grace period is 30 s
     assert too_long.returncode != 0
     assert "terminationGracePeriodSeconds" in too_long.stderr
+
+
+def docs_of(tools: ClusterTools, *values: str) -> list[dict[str, Any]]:
+    done = render(tools, "--namespace=ks", *values)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def test_the_crds_are_templates_kept_on_uninstall_unless_told_otherwise(
+    tools: ClusterTools,
+) -> None:
+    crds = [d for d in docs_of(tools) if d["kind"] == "CustomResourceDefinition"]
+    assert len(crds) == len(crd_manifests())
+    for crd in crds:
+        assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+        assert crd["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    unkept = [d for d in docs_of(tools, "--set=crds.keep=false") if d["kind"].startswith("Custom")]
+    assert len(unkept) == len(crds)
+    assert all("annotations" not in d["metadata"] for d in unkept)
+    kinds = {d["kind"] for d in docs_of(tools, "--set=crds.enabled=false")}
+    assert "CustomResourceDefinition" not in kinds
+    assert "Deployment" in kinds
+
+
+def test_the_change_webhook_is_named_after_the_release_and_owned_by_its_cluster_role(
+    tools: ClusterTools,
+) -> None:
+    for values, full in (([], "k-kubescribe"), (["--set=fullnameOverride=acme"], "acme")):
+        docs = docs_of(tools, "--set=admission.enabled=true", *values)
+        [deployment] = [d for d in docs if d["kind"] == "Deployment"]
+        args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert f"--changes-webhook-name={full}-attribution" in args
+        assert f"--owner-cluster-role={full}" in args
+        [role] = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == full]
+        named = {
+            (r["resources"][0], tuple(r["verbs"])): r.get("resourceNames")
+            for r in role["rules"]
+            if r["apiGroups"] != ["kubescribe.io"]
+        }
+        assert named[("validatingwebhookconfigurations", ("get", "update", "delete"))] == [
+            f"{full}-attribution"
+        ]
+        assert named[("clusterroles", ("get",))] == [full]
+    docs = docs_of(tools, "--set=admission.enabled=true", "--set=admission.changes=false")
+    [deployment] = [d for d in docs if d["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not [a for a in args if a.startswith(("--changes-webhook", "--owner-cluster-role"))]
+
+
+BOOTSTRAP = ("--set=bootstrap.enabled=true", "--set=bootstrap.url=ssh://git@git.example/r.git")
+
+
+def test_bootstrap_makes_the_deploy_key_secret_and_the_three_starter_objects(
+    tools: ClusterTools, tmp_path: Path
+) -> None:
+    key, hosts = tmp_path / "key", tmp_path / "known_hosts"
+    key.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----\n")
+    hosts.write_text("git.example ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB\n")
+    docs = docs_of(
+        tools, *BOOTSTRAP, f"--set-file=bootstrap.sshKey={key}",
+        f"--set-file=bootstrap.knownHosts={hosts}", "--set=bootstrap.namespace=team-a",
+        "--set=bootstrap.provider.push.commitWindow=5s", "--set=bootstrap.branch=audit",
+        "--set=bootstrap.target.suspend=true", "--set=bootstrap.rules[0].apiGroups[0]=apps",
+        "--set=bootstrap.rules[0].resources[0]=deployments",
+    )  # fmt: skip
+    starters = {d["kind"]: d for d in docs if d["metadata"].get("namespace") == "team-a"}
+    assert set(starters) == {"Secret", "GitProvider", "GitTarget", "WatchRule", "RoleBinding"}
+    secret = starters["Secret"]
+    assert secret["metadata"]["name"] == "k-kubescribe-deploy-key"
+    data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert data == {"ssh-privatekey": key.read_text(), "known_hosts": hosts.read_text()}
+    for kind in ("Secret", "GitProvider", "GitTarget", "WatchRule"):
+        hook = starters[kind]["metadata"]["annotations"]["helm.sh/hook"]
+        assert hook == "post-install,post-upgrade", kind
+    assert starters["GitProvider"]["spec"] == {
+        "url": "ssh://git@git.example/r.git",
+        "secretRef": {"name": "k-kubescribe-deploy-key"},
+        "push": {"commitWindow": "5s"},
+    }
+    assert starters["GitTarget"]["spec"] == {
+        "providerRef": {"name": "k-kubescribe"}, "branch": "audit", "path": ".", "suspend": True,
+    }  # fmt: skip
+    assert starters["WatchRule"]["spec"] == {
+        "targetRef": {"name": "k-kubescribe"},
+        "rules": [{"apiGroups": ["apps"], "resources": ["deployments"]}],
+    }
+    # the operator may read the deploy key: the Secrets role is bound in its namespace
+    assert starters["RoleBinding"]["roleRef"]["name"] == "k-kubescribe-secrets"
+    # an existing Secret instead of files
+    docs = docs_of(tools, *BOOTSTRAP, "--set=bootstrap.existingSecret=my-creds")
+    [gp] = [d for d in docs if d["kind"] == "GitProvider"]
+    assert gp["spec"]["secretRef"] == {"name": "my-creds"}
+    assert gp["metadata"]["namespace"] == "ks"  # the release namespace by default
+    assert not [d for d in docs if d["kind"] == "Secret" and "deploy-key" in d["metadata"]["name"]]
+    assert "GitProvider" not in {d["kind"] for d in docs_of(tools)}  # off by default
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (["--set=bootstrap.enabled=true"], "bootstrap.url"),
+        ([*BOOTSTRAP, "--set=bootstrap.sshKey=k"], "bootstrap.knownHosts is required"),
+        (
+            [*BOOTSTRAP, "--set=bootstrap.sshKey=k", "--set=bootstrap.knownHosts=h",
+             "--set=bootstrap.existingSecret=s"],
+            "existingSecret, or sshKey and knownHosts",
+        ),
+        ([*BOOTSTRAP, "--set=bootstrap.provider.url=x"], "/bootstrap/provider/url"),
+        ([*BOOTSTRAP, "--set=bootstrap.target.branch=x"], "/bootstrap/target/branch"),
+        (["--set=bootstrap.url=http://git.example/r.git"], "/bootstrap/url"),
+        (["--set=bootstrap.namespace=Team_A"], "/bootstrap/namespace"),
+        (["--set=bootstrap.rules={}"], "/bootstrap/rules"),
+        (["--set=crds.keep=sure"], "/crds/keep"),
+    ],
+    ids=lambda v: v[-1].removeprefix("--set=") if isinstance(v, list) else "",
+)  # fmt: skip
+def test_bootstrap_and_crd_values_that_cannot_work_are_refused(
+    tools: ClusterTools, values: list[str], message: str
+) -> None:
+    done = render(tools, *values)
+    assert done.returncode != 0
+    assert message in done.stderr, done.stderr

@@ -82,10 +82,14 @@ def test_every_name_the_chart_makes_follows_the_overrides(tools: ClusterTools, s
     assert full.returncode == 0, full.stderr
     assert "k-kubescribe" not in full.stdout  # the default name, "<release>-<chart>"
     for doc in (d for d in yaml.safe_load_all(full.stdout) if d):
-        assert doc["metadata"]["name"].startswith("acme-mirror"), doc["metadata"]
+        if doc["kind"] != "CustomResourceDefinition":  # named by the API: <plural>.<group>
+            assert doc["metadata"]["name"].startswith("acme-mirror"), doc["metadata"]
 
     docs = objects(tools, *everything, "--set=nameOverride=scribe")
     for doc in docs:
+        if doc["kind"] == "CustomResourceDefinition":
+            assert doc["metadata"]["name"].endswith(".kubescribe.io"), doc["metadata"]
+            continue
         assert doc["metadata"]["name"].startswith("k-scribe"), doc["metadata"]
         assert doc["metadata"].get("labels", {}).get("app.kubernetes.io/name", "scribe") == "scribe"
     selector = {"app.kubernetes.io/name": "scribe", "app.kubernetes.io/instance": "k"}
@@ -331,6 +335,25 @@ NEW_VALUES = [
     ["--set=networkPolicy.git.cidrs={2001:db8::/32}", "--set=networkPolicy.git.ports={22}"],
     ["--set=networkPolicy.redisTo[0].namespaceSelector.matchLabels.redis=yes"],
     ["--set=networkPolicy.extraEgress[0].ports[0].port=3128"],
+    ["--set=crds.enabled=false"],
+    ["--set=crds.keep=false"],
+    [
+        "--set=bootstrap.enabled=true",
+        "--set=bootstrap.namespace=team-a",
+        "--set=bootstrap.url=ssh://git@git.example/r.git",
+        "--set=bootstrap.sshKey=k",
+        "--set=bootstrap.knownHosts=h",
+        "--set=bootstrap.provider.push.commitWindow=1s",
+        "--set=bootstrap.target.suspend=true",
+        "--set=bootstrap.branch=audit",
+        "--set=bootstrap.path=team-a",
+        "--set=bootstrap.rules[0].resources[0]=services",
+    ],
+    [
+        "--set=bootstrap.enabled=true",
+        "--set=bootstrap.url=git@h:r",
+        "--set=bootstrap.existingSecret=s",
+    ],
 ]
 
 # The same values mistyped: the schema names the path it refused.
@@ -353,6 +376,13 @@ MISTYPED = [
     (["--set=networkPolicy.git.port=22"], "/networkPolicy/git"),
     (["--set=networkPolicy.redisTo[0].ipBlock.except={x}"], "/networkPolicy/redisTo/0"),
     (["--set=networkPolicy.egress[0].ports[0].port=1"], "/networkPolicy"),
+    (["--set=crds.enabled=yes"], "/crds/enabled"),
+    (["--set=crds.install=true"], "/crds"),
+    (["--set=bootstrap.enabled=on"], "/bootstrap/enabled"),
+    (["--set=bootstrap.url=ftp://h/r"], "/bootstrap/url"),
+    (["--set=bootstrap.rules[0].apiGroups[0]=apps"], "/bootstrap/rules/0"),
+    (["--set=bootstrap.target.path=x"], "/bootstrap/target/path"),
+    (["--set=bootstrap.sshkey=x"], "/bootstrap"),
 ]
 
 

@@ -7,14 +7,21 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
-from kubescribe.devenv.cluster import NODE_IP, Cluster
-from tests.cluster.conftest import NAMESPACE, Release, Repo
+from kubescribe.devenv.cluster import Cluster
+from tests.cluster.conftest import (
+    NAMESPACE,
+    Release,
+    Repo,
+    User,
+    attribution_values,
+    commit_mentioning,
+    get_secret,
+    wire_apiserver,
+)
 from tests.manifests import commit_request
 from tests.support import wait_condition, wait_for
 
@@ -38,18 +45,13 @@ def may(cluster: Cluster, sa: str, verb: str, name: str) -> bool:
     return bool(json.loads(done.stdout)["status"].get("allowed"))
 
 
-def secret(cluster: Cluster, name: str) -> dict[str, Any] | None:
-    done = cluster.kubectl("get", "secret", name, "-n", NAMESPACE, "-o", "json", check=False)
-    return json.loads(done.stdout) if done.returncode == 0 else None
-
-
 def assert_operator_made_the_certificates(cluster: Cluster, release: Release) -> None:
     """Nothing from the chart: the operator's Secrets, its caBundle, and RBAC on those two
     Secrets only."""
     full = f"{release.name}-kubescribe"
     for chart_made in ("webhook-ca", "webhook-tls"):
-        assert secret(cluster, f"{full}-{chart_made}") is None
-    certs = secret(cluster, f"{full}-webhook-certs")
+        assert get_secret(cluster, f"{full}-{chart_made}") is None
+    certs = get_secret(cluster, f"{full}-webhook-certs")
     assert certs is not None
     assert certs["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "kubescribe"
     assert "meta.helm.sh/release-name" not in (certs["metadata"].get("annotations") or {})
@@ -75,63 +77,26 @@ def test_audit_and_admission_wired_from_the_charts_artifacts(
     cluster.kubectl("create", "namespace", ns)
     confdir = cluster.workdir / f"kubescribe-apiserver-{source}"
     name = f"att-{source}"
-    release = install(
-        name, f"rbac.secretNamespaces={{{ns}}}", "audit.enabled=true", "admission.enabled=true",
-        "audit.hostPort=9443", "admission.hostPort=9444", f"certificates.extraSANs={{{NODE_IP}}}",
-        f"audit.url=https://{NODE_IP}:9443/audit-webhook/local",
-        f"admission.url=https://{NODE_IP}:9444/validate-commitrequests",
-        f"apiserverConfigDir={confdir}", f"certificates.source={source}",
-    )  # fmt: skip
+    release = install(name, *attribution_values(name, ns, confdir, source))
     if source == "operator":
         assert_operator_made_the_certificates(cluster, release)
-    # the administrator's part: files from the Secret, kube-apiserver flags
-    files = wait_for(
-        lambda: secret(cluster, f"{name}-kubescribe-apiserver-config"),
-        timeout=60,
-        what="the apiserver-config Secret",
-    )
-    assert files is not None
-    confdir.mkdir()
-    for file, value in files["data"].items():
-        (confdir / file).write_bytes(base64.b64decode(value))
-    cluster.restart_apiserver(
-        f"--audit-policy-file={confdir}/audit-policy.yaml",
-        f"--audit-webhook-config-file={confdir}/audit-webhook.kubeconfig",
-        "--audit-webhook-batch-max-wait=1s",
-        f"--admission-control-config-file={confdir}/admission-configuration.yaml",
-    )
+    wire_apiserver(cluster, name, confdir)
     hook = cluster.get_json("validatingwebhookconfiguration", f"{name}-kubescribe-commitrequests")
     assert hook["webhooks"][0]["clientConfig"]["caBundle"]
 
-    alice = cluster.user_kubeconfig("alice")
-    for verbs, resource in (("create,update,patch,get", "configmaps"),
-                            ("create,get", "commitrequests.kubescribe.io")):  # fmt: skip
-        role = resource.split(".")[0]
-        cluster.kubectl(
-            "create", "role", role, "-n", ns, f"--verb={verbs}", f"--resource={resource}"
-        )
-        cluster.kubectl("create", "rolebinding", role, "-n", ns, f"--role={role}", "--user=alice")
+    alice = User(cluster, "alice")
+    alice.grant(ns, "create,update,patch,get", "configmaps")
+    alice.grant(ns, "create,get", "commitrequests.kubescribe.io")
     attributed = {"mode": "attributed-author"}
     cluster.kubectl("apply", "-f", "-", input=repo.mirror(ns, attribution=attributed))
     wait_condition(cluster, "gittarget", "mirror", ns, "Ready", "True", timeout=90)  # type: ignore[arg-type]
 
-    def as_alice(*args: str, stdin: str | None = None) -> None:
-        assert cluster.tools is not None
-        subprocess.run(
-            [str(cluster.tools.kubectl), f"--kubeconfig={alice}", *args],
-            input=stdin, text=True, capture_output=True, check=True,
-        )  # fmt: skip
-
-    as_alice("create", "configmap", "by-alice", "-n", ns, "--from-literal=a=1")
-
-    def alices_commit() -> dict[str, str] | None:
-        return next((c for c in repo.remote.log() if "by-alice" in c["message"]), None)
-
-    commit = wait_for(alices_commit, timeout=60, what="the commit of alice's change")
+    alice.kubectl("create", "configmap", "by-alice", "-n", ns, "--from-literal=a=1")
+    commit = commit_mentioning(repo, "by-alice")
     assert commit["author"] == "alice", commit
     assert commit["committer"] != "alice"
 
-    as_alice("create", "-f", "-", stdin=json.dumps(
+    alice.kubectl("create", "-f", "-", stdin=json.dumps(
         commit_request(ns, "mirror", "Save by alice", name="save-1")))  # fmt: skip
     cond = wait_condition(cluster, "commitrequest", "save-1", ns, "AuthorAttributed", "True")  # type: ignore[arg-type]
     assert "alice" in cond["message"]

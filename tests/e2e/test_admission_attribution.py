@@ -30,6 +30,7 @@ from tests.support import (
     Operator,
     manifest,
     metric,
+    operators,
     wait_condition,
     wait_for,
     wait_webhook_registered,
@@ -150,16 +151,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
 
 @pytest.fixture
 def start_operator(setup: Setup, tmp_path: Path) -> Iterator[Callable[..., Operator]]:
-    started: list[Operator] = []
-
-    def start(*extra: str) -> Operator:
-        op = Operator(setup.cp, tmp_path / "operator", *extra).start()
-        started.append(op)
-        return op
-
-    yield start
-    for op in started:
-        op.stop()
+    with operators(setup.cp, tmp_path / "operator") as start:
+        yield start
 
 
 def mirror(setup: Setup, remote: BareRemote, **attribution: Any) -> str:

@@ -8,19 +8,16 @@ import ssl
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from kubescribe.api.crds import render_crds
-from kubescribe.devenv.controlplane import AuditWebhook, ControlPlane, free_port
 from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.devenv.pki import CertificateAuthority, KeyPair
+from kubescribe.devenv.pki import KeyPair
 from kubescribe.devenv.redis import RedisServer
 from kubescribe.mirror.authors import UNRESOLVED
+from tests.e2e.conftest import MASTERS, Audited
 from tests.manifests import (
     CM_RULE,
     cm_path,
@@ -30,118 +27,18 @@ from tests.manifests import (
     target,
     watch_rule,
 )
-from tests.support import Operator, manifest, metric, wait_for, wait_ready, wait_webhook_registered
+from tests.support import (
+    Operator,
+    manifest,
+    metric,
+    wait_for,
+    wait_ready,
+    wait_webhook_registered,
+)
 
 pytestmark = pytest.mark.controlplane
 
-MASTERS = ("--as-group", "system:masters")
 ATTRIBUTED = {"mode": "attributed-author"}
-
-
-@dataclass
-class Audited:
-    """A control plane whose audit webhook and CommitRequest admission webhook point at the
-    operator's ports (the operator is started per test, on these ports)."""
-
-    cp: ControlPlane
-    audit_port: int
-    webhook_port: int
-    certs: Path
-    ca: CertificateAuthority
-    client_ca: CertificateAuthority
-    client: KeyPair
-
-    def flags(self, *, route: str = "local", grace: str = "8") -> list[str]:
-        return [
-            f"--audit-addr=127.0.0.1:{self.audit_port}",
-            f"--audit-tls-cert={self.certs / 'tls.crt'}",
-            f"--audit-tls-key={self.certs / 'tls.key'}",
-            f"--audit-client-ca={self.certs / 'client-ca.crt'}",
-            f"--audit-route={route}",
-            f"--attribution-grace={grace}",
-            f"--webhook-addr=127.0.0.1:{self.webhook_port}",
-            f"--webhook-tls-cert={self.certs / 'tls.crt'}",
-            f"--webhook-tls-key={self.certs / 'tls.key'}",
-            f"--webhook-client-ca={self.certs / 'client-ca.crt'}",
-        ]
-
-    def kubectl_as(self, who: str, *args: str, extra: tuple[str, ...] = ()) -> str:
-        flags = ["--as", who, *MASTERS, *(f"--as-user-extra={e}" for e in extra)]
-        return self.cp.kubectl(*args, *flags).stdout
-
-
-@pytest.fixture(scope="module")
-def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Audited]:
-    certs = tmp_path_factory.mktemp("attribution-certs")
-    ca = CertificateAuthority("kubescribe-webhooks-ca")
-    client_ca = CertificateAuthority("kubescribe-audit-clients-ca")
-    serving = ca.issue("kubescribe", hosts=("127.0.0.1", "localhost"))
-    (certs / "tls.crt").write_bytes(serving.cert_pem)
-    (certs / "tls.key").write_bytes(serving.key_pem)
-    (certs / "client-ca.crt").write_bytes(client_ca.cert_pem)
-    # The names the operator binds by default: route `local`, and the admission webhook.
-    client = client_ca.issue("kubescribe-audit-local", client=True)
-    admission_client = client_ca.issue("kubescribe-admission", client=True)
-    audit_port, webhook_port = free_port(), free_port()
-    hook = AuditWebhook(
-        url=f"https://127.0.0.1:{audit_port}/audit-webhook/local",
-        ca_pem=ca.cert_pem,
-        client=client,
-        mode="batch",  # blocking mode would stall the apiserver while no operator listens
-    )
-    cp = ControlPlane(
-        audit=hook,
-        admission_client=admission_client,
-        workdir=tmp_path_factory.mktemp("attribution-cp"),
-        keep_workdir=True,
-    )
-    cp.start()
-    try:
-        cp.apply(render_crds())
-        cp.wait_established(
-            *(
-                f"{p}.kubescribe.io"
-                for p in ("gitproviders", "gittargets", "watchrules", "commitrequests")
-            )
-        )
-        cp.register_validating_webhook(
-            "kubescribe-commitrequests",
-            f"https://127.0.0.1:{webhook_port}/validate-commitrequests",
-            ca.cert_pem,
-            [
-                {
-                    "apiGroups": ["kubescribe.io"],
-                    "apiVersions": ["*"],
-                    "operations": ["CREATE"],
-                    "resources": ["commitrequests"],
-                }
-            ],
-        )
-        yield Audited(cp, audit_port, webhook_port, certs, ca, client_ca, client)
-    finally:
-        cp.stop()
-
-
-@pytest.fixture
-def ns(audited: Audited) -> str:
-    name = f"attr-{uuid.uuid4().hex[:8]}"
-    audited.cp.kubectl("create", "namespace", name)
-    return name
-
-
-@pytest.fixture
-def start_operator(audited: Audited, tmp_path: Path) -> Iterator[Callable[..., Operator]]:
-    started: list[Operator] = []
-
-    def start(*extra: str) -> Operator:
-        op = Operator(audited.cp, tmp_path / "operator", *extra).start()
-        started.append(op)
-        wait_for(op.metrics, timeout=30, what="the operator's metrics endpoint")
-        return op
-
-    yield start
-    for op in started:
-        op.stop()
 
 
 def setup(audited: Audited, ns: str, remote: BareRemote, window: str = "0s") -> None:

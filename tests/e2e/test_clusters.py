@@ -19,7 +19,7 @@ from kubescribe.devenv.controlplane import AuditWebhook, ControlPlane, free_port
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.pki import webhook_certs
 from tests.manifests import CM_RULE, provider, secret, target, watch_rule
-from tests.support import Operator, manifest, stays, wait_condition, wait_for
+from tests.support import Operator, manifest, operators, stays, wait_condition, wait_for
 
 pytestmark = pytest.mark.controlplane
 
@@ -73,16 +73,8 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusters]:
 
 @pytest.fixture
 def start_operator(clusters: Clusters, tmp_path: Path) -> Iterator[Callable[..., Operator]]:
-    started: list[Operator] = []
-
-    def start(*extra: str) -> Operator:
-        op = Operator(clusters.first, tmp_path / "operator", *clusters.audit_flags, *extra)
-        started.append(op.start())
-        return op
-
-    yield start
-    for op in started:
-        op.stop()
+    with operators(clusters.first, tmp_path / "operator", *clusters.audit_flags) as start:
+        yield start
 
 
 def cluster_provider(name: str, ns: str, secret_name: str, **spec: object) -> dict[str, object]:

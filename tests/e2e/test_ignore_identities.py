@@ -8,87 +8,30 @@ import base64
 import datetime as dt
 import json
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from kubescribe.api.crds import render_crds
-from kubescribe.devenv.controlplane import AuditWebhook, ControlPlane, free_port
+from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.devenv.pki import CertificateAuthority
+from tests.e2e.conftest import Audited
 from tests.manifests import CM_RULE, cm_path, provider, target, watch_rule
-from tests.support import Operator, manifest, metric, wait_condition, wait_for, wait_ready
+from tests.support import (
+    Operator,
+    manifest,
+    metric,
+    wait_condition,
+    wait_for,
+    wait_ready,
+)
 
 pytestmark = pytest.mark.controlplane
 
 IGNORED = "kubescribe_changes_ignored_total"
 RBAC = "rbac.authorization.k8s.io"
-
-
-@dataclass
-class Audited:
-    cp: ControlPlane
-    flags: list[str]
-
-
-@pytest.fixture(scope="module")
-def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Audited]:
-    certs = tmp_path_factory.mktemp("ignore-certs")
-    ca = CertificateAuthority("kubescribe-webhooks-ca")
-    client_ca = CertificateAuthority("kubescribe-audit-clients-ca")
-    serving = ca.issue("kubescribe", hosts=("127.0.0.1", "localhost"))
-    (certs / "tls.crt").write_bytes(serving.cert_pem)
-    (certs / "tls.key").write_bytes(serving.key_pem)
-    (certs / "client-ca.crt").write_bytes(client_ca.cert_pem)
-    port = free_port()
-    hook = AuditWebhook(
-        url=f"https://127.0.0.1:{port}/audit-webhook/local",
-        ca_pem=ca.cert_pem,
-        client=client_ca.issue("kubescribe-audit-local", client=True),
-        mode="batch",
-    )
-    cp = ControlPlane(audit=hook, workdir=tmp_path_factory.mktemp("ignore-cp"), keep_workdir=True)
-    cp.start()
-    try:
-        cp.apply(render_crds())
-        cp.wait_established()
-        flags = [
-            f"--audit-addr=127.0.0.1:{port}",
-            f"--audit-tls-cert={certs / 'tls.crt'}",
-            f"--audit-tls-key={certs / 'tls.key'}",
-            f"--audit-client-ca={certs / 'client-ca.crt'}",
-            "--attribution-grace=8",
-        ]
-        yield Audited(cp, flags)
-    finally:
-        cp.stop()
-
-
-@pytest.fixture
-def ns(audited: Audited) -> str:
-    name = f"ignore-{uuid.uuid4().hex[:8]}"
-    audited.cp.kubectl("create", "namespace", name)
-    return name
-
-
-@pytest.fixture
-def start_operator(audited: Audited, tmp_path: Path) -> Iterator[Callable[..., Operator]]:
-    started: list[Operator] = []
-
-    def start(*extra: str) -> Operator:
-        op = Operator(audited.cp, tmp_path / "operator", *extra).start()
-        started.append(op)
-        wait_for(op.metrics, timeout=30, what="the operator's metrics endpoint")
-        return op
-
-    yield start
-    for op in started:
-        op.stop()
 
 
 def grant_configmaps(cp: ControlPlane, ns: str, *subjects: dict[str, str]) -> None:
@@ -153,7 +96,7 @@ def test_a_listed_user_and_service_account_make_no_commit_and_others_do(
 ) -> None:
     cp = audited.cp
     remote = BareRemote.create(tmp_path / "remote.git")
-    op = start_operator(*audited.flags)
+    op = start_operator(*audited.flags())
     # Real identities: users with client certificates, a ServiceAccount with a token.
     users = {u: cp.user_kubeconfig(u) for u in ("alice", "ops-bot")}
     deployer = service_account_kubeconfig(cp, ns, "deployer", tmp_path)

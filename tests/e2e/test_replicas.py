@@ -21,7 +21,7 @@ from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.redis import RedisServer
 from tests.manifests import configmap, provider, target, watch_rule
-from tests.support import Operator, manifest, wait_for
+from tests.support import Operator, manifest, record_figure, wait_for
 
 pytestmark = pytest.mark.controlplane
 
@@ -282,16 +282,20 @@ def test_rolling_restarts_during_a_stream_exit_cleanly_and_echo_nothing(
     stop = threading.Event()
     writer = threading.Thread(target=churn, args=(cp, ns, stop))
     writer.start()
+    slowest = 0.0
     try:
         for _ in range(ROLLING_RESTARTS):
             for name in list(ops):
+                started = time.monotonic()
                 ops[name].stop()  # SIGTERM: flush, push, save cursors, release the Leases
+                slowest = max(slowest, time.monotonic() - started)
                 assert_released(cp, ns, ops[name], name)
                 ops[name] = replicas(name)
                 wait_for(lambda: members(cp, ns) == set(ops), timeout=30, what="rejoined")
     finally:
         stop.set()
         writer.join()
+    record_figure("slowest_sigterm_to_exit", slowest, "replicas")
     assert_converged(cp, remote, ns, timeout=90)
     assert_clean_history(remote)
     assert_no_resurrection(remote, "churn-")

@@ -28,7 +28,7 @@ from tests.manifests import (
     target,
     watch_rule,
 )
-from tests.support import Operator, condition, manifest, stays, wait_condition, wait_for
+from tests.support import Operator, condition, manifest, operators, stays, wait_condition, wait_for
 
 pytestmark = pytest.mark.controlplane
 
@@ -91,16 +91,8 @@ def tenants(crds: ControlPlane) -> Iterator[tuple[Tenant, Tenant]]:
 
 @pytest.fixture
 def start_operator(crds: ControlPlane, tmp_path: Path) -> Iterator[Callable[..., Operator]]:
-    started: list[Operator] = []
-
-    def start(*extra: str) -> Operator:
-        op = Operator(crds, tmp_path / "operator", *extra).start()
-        started.append(op)
-        return op
-
-    yield start
-    for op in started:
-        op.stop()
+    with operators(crds, tmp_path / "operator") as start:
+        yield start
 
 
 def paths_in_history(remote: BareRemote) -> set[str]:

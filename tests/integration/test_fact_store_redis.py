@@ -72,12 +72,11 @@ async def test_a_fact_received_by_one_replica_resolves_on_another(
     a, b = replicas(), replicas()
     await a.start()
     await b.start()
-    resolver = AuditAuthorResolver(b, "local", grace=5)
+    # A grace far longer than the wait: the author can only come from the stream waking it.
+    resolver = AuditAuthorResolver(b, "local", grace=600)
     lookup = asyncio.create_task(resolver.author_of(event("u-1"), time.monotonic()))
     await a.add("local", keyed([write("u-1")]))
-    started = time.monotonic()
-    assert await asyncio.wait_for(lookup, 5) == ALICE
-    assert time.monotonic() - started < 2  # woken by the stream, not by the grace running out
+    assert await asyncio.wait_for(lookup, 60) == ALICE
 
 
 async def test_a_replica_started_later_reads_recent_facts_back(

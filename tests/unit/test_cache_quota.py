@@ -3,11 +3,16 @@ the flag that sets it."""
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner
 
 from kubescribe import cli
+from kubescribe.git.cachequota import NamespaceCache
 from kubescribe.git.quota import allowance, exceeds, format_size, parse_size, refusal_message
+from kubescribe.git.repo import CacheBusy
 
 
 @pytest.mark.parametrize(
@@ -74,3 +79,26 @@ def test_the_flag_refuses_a_size_it_cannot_read() -> None:
     assert result.exit_code == 2
     assert "--cache-quota-per-namespace" in result.output
     assert "not a size" in result.output
+
+
+def test_a_turn_held_too_long_by_another_writer_is_cache_busy(tmp_path: Path) -> None:
+    cache = NamespaceCache(tmp_path, 1 << 20, "tenant-a")
+    cache.turn_timeout = 0.1
+    holding, done = threading.Event(), threading.Event()
+
+    def hung_fetch() -> None:  # a transfer that never ends holds the namespace's turn
+        with cache.room():
+            holding.set()
+            done.wait(30)
+
+    other = threading.Thread(target=hung_fetch)
+    other.start()
+    try:
+        assert holding.wait(10)
+        with pytest.raises(CacheBusy, match="held its cache"), cache.room():
+            pass
+    finally:
+        done.set()
+        other.join()
+    with cache.room() as room:  # the turn is free again
+        assert room == 1 << 20

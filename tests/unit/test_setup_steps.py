@@ -12,7 +12,15 @@ from pathlib import Path
 
 from kubescribe.devenv.controlplane import REPO_ROOT
 
-STEPS = ("build-controlplane.sh", "build-kustomize.sh", "build-cluster.sh", "build-image.sh")
+STEPS = (
+    "build-controlplane.sh",
+    "build-kustomize.sh",
+    "build-promtool.sh",
+    "build-cluster.sh",
+    "build-image.sh",
+    "build-registry.sh",
+    "build-cosign.sh",
+)
 
 
 @dataclass(frozen=True)

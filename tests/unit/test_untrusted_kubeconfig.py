@@ -48,12 +48,12 @@ def kubeconfig(cluster: dict[str, Any] | None = None, user: dict[str, Any] | Non
     return json.dumps(doc).encode()
 
 
-def test_inline_certificates_and_tokens_are_accepted() -> None:
+async def test_inline_certificates_and_tokens_are_accepted() -> None:
     conn = from_untrusted_kubeconfig(kubeconfig())
     assert conn.host == "https://remote.example:6443"
     assert conn.ssl
     token = from_untrusted_kubeconfig(kubeconfig(user={"token": "abc"}))
-    assert token.authorization() == "Bearer abc"
+    assert await token.authorization() == "Bearer abc"
 
 
 @pytest.mark.parametrize(

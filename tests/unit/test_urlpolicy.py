@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from click.testing import CliRunner
 
-from kubescribe import app, cli
+from kubescribe import app, cli, stopping
 from kubescribe.git.urlpolicy import UrlRefusal, UrlRefused, check_transfer, check_url
 from kubescribe.net.addresses import NetworkPolicy, network_policy, set_network_policy
 
@@ -197,10 +197,17 @@ def test_run_sets_the_network_policy_from_its_flag(
     async def run_operator(*_: object, **__: object) -> None:
         seen.append(network_policy().deny_private)
 
+    async def reach_api_server(*_: object) -> None:
+        pass
+
     monkeypatch.setattr(app, "run_operator", run_operator)  # `run` imports it when it runs
+    monkeypatch.setattr(cli, "_reach_api_server", reach_api_server)  # no API server here
+    ended: list[bool] = []  # after a clean stop, `run` exits the process (not here)
+    monkeypatch.setattr(stopping.Stopper, "end", lambda _: ended.append(True))
     try:
         result = CliRunner().invoke(cli.main, ["run", *args])
     finally:
         set_network_policy(NetworkPolicy())
     assert result.exit_code == 0, result.output
     assert seen == [denied]
+    assert ended == [True]

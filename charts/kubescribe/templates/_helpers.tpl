@@ -87,6 +87,9 @@ without the core group, plus rbac.extraApiGroups; sorted, unique.
 {{- if not $operator }}
 - --changes-webhook-ca=/etc/kubescribe/tls/ca.crt
 {{- end }}
+{{- /* One configuration per release, deleted with the release's ClusterRole (uninstall). */}}
+- --changes-webhook-name={{ include "kubescribe.changesWebhook" . }}
+- --owner-cluster-role={{ include "kubescribe.fullname" . }}
 {{- end }}
 {{- end }}
 {{- if and $operator (eq (include "kubescribe.webhooks" .) "true") }}
@@ -161,6 +164,11 @@ without the core group, plus rbac.extraApiGroups; sorted, unique.
     secretName: {{ include "kubescribe.fullname" . }}-webhook-tls
 {{- end }}
 {{- end }}
+{{- end -}}
+
+{{/* The change webhook's ValidatingWebhookConfiguration, registered by the operator. */}}
+{{- define "kubescribe.changesWebhook" -}}
+{{- printf "%s-attribution" (include "kubescribe.fullname" .) -}}
 {{- end -}}
 
 {{- define "kubescribe.webhookService" -}}

@@ -126,6 +126,8 @@ REPOSITORY_NOT_FOUND: Final = "RepositoryNotFound"
 PERMISSION_DENIED: Final = "PermissionDenied"
 URL_REFUSED: Final = "UrlRefused"
 REDIRECT_REFUSED: Final = "RedirectRefused"
+PROXY_UNREACHABLE: Final = "ProxyUnreachable"  # the HTTP(S) proxy did not answer
+PROXY_REFUSED: Final = "ProxyRefused"  # the proxy answered with an error or wants credentials
 # reasons: GitProvider credentials, probes and signing keys
 INVALID_CREDENTIALS: Final = "InvalidCredentials"
 KNOWN_HOSTS_NOT_FOUND: Final = "KnownHostsNotFound"
@@ -177,6 +179,7 @@ STALLED_REASONS: Final = frozenset(
         URL_REFUSED,
         WATCH_FORBIDDEN,
         REDIRECT_REFUSED,
+        PROXY_REFUSED,
         INVALID_CREDENTIALS,
         KNOWN_HOSTS_NOT_FOUND,
         SIGNING_KEY_MISSING,

@@ -4,6 +4,7 @@ and report status."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Coroutine, Mapping
@@ -16,6 +17,7 @@ import structlog
 
 from kubescribe import metrics
 from kubescribe.api import conditions as c
+from kubescribe.api import events as ev
 from kubescribe.controller.clusters import ClusterProviders
 from kubescribe.controller.commitrequests import CommitRequests, TargetAccess
 from kubescribe.controller.cursors import CursorKeeper
@@ -29,12 +31,14 @@ from kubescribe.controller.desired import (
     source_grants,
 )
 from kubescribe.controller.encryption import EncryptionResolver
+from kubescribe.controller.events import EventRecorder
 from kubescribe.controller.object_status import (
     TargetFacts,
     attribution_condition,
     rule_conditions,
     target_status,
 )
+from kubescribe.controller.owner import ClusterRoleOwner
 from kubescribe.controller.providers import Providers
 from kubescribe.controller.shards import Shards
 from kubescribe.controller.status import (
@@ -44,6 +48,7 @@ from kubescribe.controller.status import (
 )
 from kubescribe.controller.streams import StreamSpec, TargetStream
 from kubescribe.controller.tenantreads import TenantReadReviews
+from kubescribe.controller.webhooks import NAME as WEBHOOK_NAME
 from kubescribe.controller.webhooks import ChangeWebhook
 from kubescribe.git.cachequota import NamespaceCache
 from kubescribe.git.targets import Committer, KustomizeConfig, TargetConfig, WriteReport
@@ -106,6 +111,9 @@ class Settings:
     allow_insecure_cluster_tls: bool = False  # ClusterProvider kubeconfigs without TLS checks
     # (URL, current CA bundle PEM): register it for attribution
     changes_webhook: tuple[str, Callable[[], bytes]] | None = None
+    changes_webhook_name: str = WEBHOOK_NAME  # its ValidatingWebhookConfiguration
+    # set: what the operator creates cluster-wide is owned by this ClusterRole (helm uninstall)
+    owner_cluster_role: str = ""
     attribution_sources: tuple[str, ...] = ()  # audit, admission: what can name authors
     kustomize: str | None = None  # the kustomize binary for GitTarget render checks
     cache_quota: int = 0  # bytes each namespace's clones may hold in the cache (0: no quota)
@@ -180,7 +188,16 @@ class Manager:
         self._owned: frozenset[WorkerKey] = frozenset()
         self._plan_failures: frozenset[Failure] = frozenset()
         self._webhook = (
-            ChangeWebhook(client, *self.settings.changes_webhook)
+            ChangeWebhook(
+                client,
+                *self.settings.changes_webhook,
+                name=self.settings.changes_webhook_name,
+                owner=(
+                    ClusterRoleOwner(client, self.settings.owner_cluster_role)
+                    if self.settings.owner_cluster_role
+                    else None
+                ),
+            )
             if self.settings.changes_webhook
             else None
         )
@@ -195,9 +212,12 @@ class Manager:
             on_change=self._poke.set,
         )
         self._reports: dict[TargetKey, WriteReport] = {}
+        self._readiness: dict[str, str] = {}  # target -> "<Ready status>/<reason>" exported
+        metrics.CACHE_QUOTA.set(self.settings.cache_quota)
         self._tasks: list[asyncio.Task[None]] = []
         self._cursor_task: asyncio.Task[None] | None = None
-        self._status = StatusWriter(client)
+        self._events = EventRecorder(client, self.settings.replica_id)
+        self._status = StatusWriter(client, self._events)
         self._requests = CommitRequests(
             client, self._status, self._target_access, self.settings.request_authors
         )
@@ -436,6 +456,14 @@ class Manager:
                 if handover:
                     stopping = self._hand_over(key, worker)
                 elif lost:  # another replica writes it now: write nothing more
+                    self._writer_event(
+                        key,
+                        "Warning",
+                        ev.WRITER_LOST,
+                        f"Replica {self.settings.replica_id} lost the Lease of branch"
+                        f" {key.branch} (not renewed in time, or taken): it stopped writing at"
+                        " once; the new owner writes what it had not pushed",
+                    )
                     stopping = worker.abandon()
                 else:
                     stopping = _stop(worker)
@@ -469,6 +497,14 @@ class Manager:
                 self._workers[key] = worker
                 self._providers.assign(key, [t.provider.key for t in targets if t.provider], worker)
                 worker.start()
+                if shards is not None:
+                    self._writer_event(
+                        key,
+                        "Normal",
+                        ev.WRITER_ACQUIRED,
+                        f"Replica {self.settings.replica_id} writes branch {key.branch} now"
+                        f" (replicas: {len(shards.members)})",
+                    )
             else:
                 worker = existing
             worker.configure([self._target_config(t) for t in targets])
@@ -493,6 +529,14 @@ class Manager:
         await self._cursors.flush()
         await self._shards.release(key)
         metrics.HANDOVER.observe(time.monotonic() - started)
+        self._writer_event(
+            key,
+            "Normal",
+            ev.WRITER_HANDED_OVER,
+            f"Replica {self._shards.identity} handed branch {key.branch} over to another replica"
+            f" (the replicas changed) after writing what it held, in"
+            f" {time.monotonic() - started:.1f}s",
+        )
         log.info("writer.handed_over", branch=key.branch, seconds=time.monotonic() - started)
 
     def _target_config(self, target: TargetPlan) -> TargetConfig:
@@ -629,11 +673,23 @@ class Manager:
         """The client of a stream's cluster (None: a remote cluster not reached yet)."""
         return self._clusters.client_of(spec.cluster) if spec.cluster else self.client
 
+    def _writer_event(self, key: WorkerKey, type_: str, reason: str, message: str) -> None:
+        """An Event on each GitTarget written through the writer `key`."""
+        for target in self.plan.targets.values():
+            if target.writable and target.worker_key == key:
+                obj = self._caches["GitTarget"].objects.get((target.key.namespace, target.key.name))
+                if obj is not None:
+                    self._events.post(obj, type_, reason, message, "Write")
+
     def _on_report(self, report: WriteReport) -> None:
         previous = self._reports.get(report.target)
         if report.commit and (previous is None or previous.commit != report.commit):
             log.info("target.pushed", target=str(report.target), commit=report.commit)
         self._reports[report.target] = report
+        obj = self._caches["GitTarget"].objects.get((report.target.namespace, report.target.name))
+        if obj is not None:
+            for notice in report.notices:
+                self._events.post(obj, notice.type, notice.reason, notice.message, "Write")
         target = self.plan.targets.get(report.target)
         if target is not None and target.writable:
             self._providers.record_report(target.worker_key, report)
@@ -657,11 +713,15 @@ class Manager:
             if cluster is not None and self._speaks_for(f"ClusterProvider/{name}"):
                 conds, extra = self._clusters.status(cluster)
                 await self._status.write(obj, "clusterproviders", conds, extra)
+        readiness: dict[str, str] = {}
         for (ns, name), obj in list(caches["GitTarget"].objects.items()):
             t = plan.targets.get(TargetKey(ns, name))
             if t is not None and self._writes_status_of(t):
                 conds, extra = self._target_status(t)
+                ready = next(x for x in conds if x.type == c.READY)
+                readiness[str(t.key)] = f"{ready.status}/{ready.reason}"
                 await self._status.write(obj, "gittargets", conds, extra)
+        self._export_readiness(readiness)
         for kind, plural in (
             ("WatchRule", "watchrules"),
             ("ClusterWatchRule", "clusterwatchrules"),
@@ -686,6 +746,18 @@ class Manager:
                     domain + kstatus(counted, progressing=None),
                     {"resolvedResources": list(r.resolved)},
                 )
+
+    def _export_readiness(self, readiness: Mapping[str, str]) -> None:
+        """`kubescribe_target_ready` of the targets whose status this replica writes (and of no
+        other: one that moved to another replica, or was deleted, leaves no series here)."""
+        for target, state in self._readiness.items():
+            if readiness.get(target) != state:
+                with contextlib.suppress(KeyError):
+                    metrics.TARGET_READY.remove(target, state.split("/", 1)[1])
+        for target, state in readiness.items():
+            status, reason = state.split("/", 1)
+            metrics.TARGET_READY.labels(target, reason).set(1 if status == "True" else 0)
+        self._readiness = dict(readiness)
 
     def _rule_streams(self, r: RulePlan) -> Cond | None:
         """`StreamsRunning` of a rule: the state of the streams it feeds (None: none run

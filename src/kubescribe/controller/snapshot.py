@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pygit2
 
-from kubescribe.controller.encryption import unencrypted_renderer
+from kubescribe.controller.encryption import SopsRenderer, unencrypted_renderer
 from kubescribe.controller.streams import StreamSpec, TargetStream
-from kubescribe.git.targets import Committer, TargetConfig, WriteReport
+from kubescribe.git.targets import Committer, Refusal, TargetConfig, WriteReport
 from kubescribe.git.worker import BranchWorker
 from kubescribe.kube.client import KubeClient
 from kubescribe.kube.discovery import Discovered, discover
@@ -29,6 +29,15 @@ SNAPSHOT_TARGET = TargetKey("", "snapshot")
 
 class SnapshotError(Exception):
     """The export cannot run (bad repository state, nothing selected, push failed)."""
+
+
+@dataclass(frozen=True)
+class Exported:
+    """The new branch tip (None when nothing was written) and the documents not written:
+    Secrets without recipients (a snapshot never writes one in plain text)."""
+
+    tip: str | None
+    refused: tuple[Refusal, ...]
 
 
 @dataclass(frozen=True)
@@ -86,8 +95,9 @@ async def run_snapshot(
     committer: Committer,
     progress: Callable[[Discovered], None],
     content: Content = FULL,
-) -> str | None:
-    """Export; return the new branch tip (None when nothing was written)."""
+    recipients: Sequence[str] = (),
+) -> Exported:
+    """Export. Secrets are written SOPS-encrypted to `recipients` (age), or not at all."""
     repo = _prepare(repo_dir, branch)
     reports: list[WriteReport] = []
     with tempfile.TemporaryDirectory(prefix="kubescribe-snapshot-") as scratch:
@@ -113,7 +123,10 @@ async def run_snapshot(
                     folder=normalize_target_path(folder),
                     layout=Layout(),
                     prune=PruneMode.NEVER,
-                    renderer=unencrypted_renderer(),  # Secrets are refused, never plain
+                    # Secrets are encrypted, or refused when there are no recipients: never plain
+                    renderer=SopsRenderer(recipients=recipients)
+                    if recipients
+                    else unencrypted_renderer(),
                 )
             ]
         )
@@ -140,9 +153,11 @@ async def run_snapshot(
         if failed or not flushed:
             why = f"{failed[-1].reason}: {failed[-1].message}" if failed else "write timed out"
             raise SnapshotError(why)
+        refused = {r[0]: r for report in reports for r in report.refused}
+        not_written = tuple(sorted(refused.values(), key=lambda r: (r[0].kind, r[0].ref)))
         staged = bare.references.get(f"refs/heads/{branch}")
         if staged is None:
-            return None
+            return Exported(None, not_written)
         repo.remotes.create_anonymous(bare.path).fetch(
             [f"+refs/heads/{branch}:refs/kubescribe/snapshot"]
         )
@@ -151,4 +166,4 @@ async def run_snapshot(
     if not repo.is_bare and (repo.head_is_unborn or repo.head.shorthand == branch):
         repo.checkout(f"refs/heads/{branch}", strategy=pygit2.enums.CheckoutStrategy.FORCE)
     tip = repo.references.get(f"refs/heads/{branch}")
-    return str(tip.target) if tip is not None else None
+    return Exported(str(tip.target) if tip is not None else None, not_written)

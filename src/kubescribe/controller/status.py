@@ -12,6 +12,7 @@ import structlog
 
 from kubescribe.api import conditions as c
 from kubescribe.api.models import ConditionStatus
+from kubescribe.controller.events import EventRecorder
 from kubescribe.kube.client import ApiError, KubeClient
 from kubescribe.mirror.identity import Identity
 
@@ -156,8 +157,9 @@ def _ready(status: Mapping[str, Any]) -> Mapping[str, Any] | None:
 class StatusWriter:
     """Patches `.status` when it differs from what was last written or read."""
 
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: KubeClient, events: EventRecorder | None = None) -> None:
         self.client = client
+        self.events = events or EventRecorder(client)
 
     async def write(
         self,
@@ -185,36 +187,13 @@ class StatusWriter:
             await self._event(obj, after)
 
     async def _event(self, obj: Mapping[str, Any], ready: Mapping[str, Any]) -> None:
-        meta = obj["metadata"]
-        namespace = meta.get("namespace") or "default"
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": GROUP_VERSION,
-                "kind": obj.get("kind"),
-                "name": meta["name"],
-                "namespace": meta.get("namespace") or "",
-                "uid": meta.get("uid"),
-            },
-            "reason": ready["reason"],
-            "message": ready["message"] or ready["reason"],
-            "type": "Normal" if ready["status"] == "True" else "Warning",
-            "source": {"component": "kubescribe"},
-            "firstTimestamp": now_rfc3339(),
-            "lastTimestamp": now_rfc3339(),
-            "eventTime": now,
-            "reportingComponent": "kubescribe",
-            "reportingInstance": "kubescribe",
-            "action": "Reconcile",
-            "count": 1,
-        }
-        try:
-            await self.client.request("POST", f"/api/v1/namespaces/{namespace}/events", body=event)
-        except ApiError as exc:
-            log.debug("status.event_failed", error=exc.message)
+        await self.events.record(
+            obj,
+            "Normal" if ready["status"] == "True" else "Warning",
+            ready["reason"],
+            ready["message"] or ready["reason"],
+            "Reconcile",
+        )
 
 
 def _comparable(status: Mapping[str, Any]) -> Any:

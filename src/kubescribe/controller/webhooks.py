@@ -4,6 +4,10 @@ With `--changes-webhook-url`, the operator owns one ValidatingWebhookConfigurati
 are the types its streams watch in its own cluster, in the namespaces they watch. It never
 denies (`failurePolicy: Ignore`, the handler always allows), has no side effects, and a short
 timeout: it only records who wrote what, for attribution on clusters without an audit webhook.
+
+Its name is `--changes-webhook-name` (the chart: `<release fullname>-attribution`, so that two
+releases keep one each), and with `--owner-cluster-role` it is owned by the release's
+ClusterRole: `helm uninstall` deletes that, and the garbage collector the configuration.
 """
 
 from __future__ import annotations
@@ -16,13 +20,14 @@ from typing import Any
 
 import structlog
 
+from kubescribe.controller.owner import ClusterRoleOwner, OwnerMissing, with_owner
 from kubescribe.controller.ownership import MANAGED_BY
 from kubescribe.controller.streams import StreamSpec
 from kubescribe.kube.client import ApiError, KubeClient
 
 log = structlog.get_logger(__name__)
 
-NAME = "kubescribe-attribution"
+NAME = "kubescribe-attribution"  # the default of --changes-webhook-name
 PATH = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 TIMEOUT_SECONDS = 2
 
@@ -40,8 +45,10 @@ Gvr = tuple[str, str, str]
 _EVERY = "*"  # a stream of a namespaced type in every namespace (a ClusterWatchRule)
 
 
-def registration(url: str, ca_pem: bytes, streams: Iterable[StreamSpec]) -> dict[str, Any] | None:
-    """The ValidatingWebhookConfiguration for the local streams' types; None when none.
+def registration(
+    url: str, ca_pem: bytes, streams: Iterable[StreamSpec], name: str = NAME
+) -> dict[str, Any] | None:
+    """The ValidatingWebhookConfiguration `name` for the local streams' types; None when none.
 
     Each entry selects only the namespaces its types are watched in (types watched in the same
     namespaces share an entry), so one tenant's WatchRule never puts the operator in the path
@@ -75,7 +82,7 @@ def registration(url: str, ca_pem: bytes, streams: Iterable[StreamSpec]) -> dict
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": NAME, "labels": dict(MANAGED_BY)},
+        "metadata": {"name": name, "labels": dict(MANAGED_BY)},
         "webhooks": webhooks,
     }
 
@@ -140,16 +147,28 @@ def client_config(url: str) -> dict[str, Any]:
 
 
 class ChangeWebhook:
-    """`ca_pem` is asked at each sync: operator-managed certificates change the bundle."""
+    """`ca_pem` is asked at each sync: operator-managed certificates change the bundle.
 
-    def __init__(self, client: KubeClient, url: str, ca_pem: Callable[[], bytes]) -> None:
+    With an `owner`, the configuration is written only with its ownerReference: while the
+    owner cannot be read (the release is being uninstalled), nothing is written."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        url: str,
+        ca_pem: Callable[[], bytes],
+        name: str = NAME,
+        owner: ClusterRoleOwner | None = None,
+    ) -> None:
         self.client = client
         self.url = url
         self.ca_pem = ca_pem
+        self.name = name
+        self.owner = owner
         self._applied: str | None = None
 
     async def sync(self, streams: Iterable[StreamSpec]) -> None:
-        wanted = registration(self.url, self.ca_pem(), streams)
+        wanted = registration(self.url, self.ca_pem(), streams, self.name)
         fingerprint = json.dumps(wanted, sort_keys=True)
         if fingerprint == self._applied:
             return
@@ -157,22 +176,26 @@ class ChangeWebhook:
             current = await self._get()
             if wanted is None:
                 if current is not None:
-                    await self.client.request("DELETE", f"{PATH}/{NAME}")
-            elif current is None:
-                await self.client.request("POST", PATH, body=wanted)
+                    await self.client.request("DELETE", f"{PATH}/{self.name}")
             else:
-                body = {**wanted, "metadata": {**wanted["metadata"], **_version(current)}}
-                await self.client.request("PUT", f"{PATH}/{NAME}", body=body)
+                owned = with_owner(wanted, await self.owner.reference() if self.owner else None)
+                if current is None:
+                    await self.client.request("POST", PATH, body=owned)
+                else:
+                    body = {**owned, "metadata": {**owned["metadata"], **_version(current)}}
+                    await self.client.request("PUT", f"{PATH}/{self.name}", body=body)
+        except OwnerMissing:  # logged; try again next reconcile
+            return
         except ApiError as exc:  # 409: written meanwhile; try again next reconcile
             log.warning("webhook.sync_failed", status=exc.status, error=exc.message)
             return
         self._applied = fingerprint
         types = sum(len(w["rules"]) for w in wanted["webhooks"]) if wanted else 0
-        log.info("webhook.registered", types=types)
+        log.info("webhook.registered", name=self.name, types=types)
 
     async def _get(self) -> dict[str, Any] | None:
         try:
-            found: dict[str, Any] = await self.client.get(f"{PATH}/{NAME}")
+            found: dict[str, Any] = await self.client.get(f"{PATH}/{self.name}")
         except ApiError as exc:
             if exc.status == 404:
                 return None

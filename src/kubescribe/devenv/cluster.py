@@ -308,9 +308,10 @@ class Cluster:
                 return pid
         raise ClusterError(f"no running task {wanted}")
 
-    def expose_host_port(self, port: int) -> None:
-        """Host 127.0.0.1:`port` becomes reachable from Pods as 10.77.0.2:`port`."""
-        listener = self._in_netns(lambda: socket.create_server((NODE_IP, port), backlog=64))
+    def expose_host_port(self, port: int, address: str = NODE_IP) -> None:
+        """Host 127.0.0.1:`port` becomes reachable from Pods as 10.77.0.2:`port` (or, with
+        `address="127.0.0.1"`, from the node's own processes such as containerd)."""
+        listener = self._in_netns(lambda: socket.create_server((address, port), backlog=64))
         self._listeners.append(listener)
 
         def handle(conn: socket.socket) -> None:  # a thread of the host's network namespace
@@ -323,6 +324,26 @@ class Cluster:
             _splice(conn, upstream)
 
         threading.Thread(target=self._accept, args=(listener, handle), daemon=True).start()
+
+    def use_host_registry(self, port: int) -> str:
+        """Let containerd pull from a plain-HTTP registry on the host's 127.0.0.1:`port` under
+        the same name (`127.0.0.1:<port>/...`, as the host pushed it): the port is forwarded to
+        the node's loopback, and a hosts.toml (read at each pull) allows plain HTTP for that
+        host only. Returns the registry's host name."""
+        host = f"127.0.0.1:{port}"
+        self.expose_host_port(port, address="127.0.0.1")
+        self._write(
+            f"containerd/certs.d/{host}/hosts.toml",
+            f'server = "http://{host}"\n\n[host."http://{host}"]\n'
+            '  capabilities = ["pull", "resolve"]\n',
+            0o644,
+        )
+        return host
+
+    def image_names(self) -> list[str]:
+        """The image references containerd (k8s.io namespace) knows."""
+        listing = self._ns_run(*self._ctr(), "images", "ls", "-q", check=True).stdout
+        return listing.split()
 
     @property
     def holder_pid(self) -> int:
@@ -475,6 +496,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         SystemdCgroup = false
         BinaryName = "{runtime}"
         Root = "{c}/runc"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    # hosts.toml per registry (use_host_registry); none: the defaults (HTTPS)
+    config_path = "{c}/certs.d"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "{w}/cni/net.d"

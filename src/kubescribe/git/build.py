@@ -93,16 +93,23 @@ class TargetResult:
     refused: list[Refusal] = field(default_factory=list)
     failing: list[Refusal] = field(default_factory=list)
     kustomization: str | None = None
+    duplicates: int = 0  # files that repeat a document held earlier in tree order
+    oversized: int = 0  # files too large to read
 
 
 @dataclass
 class Outcome:
+    """`rebuilds`: pushes rejected because the branch moved, each rebuilt on `base`, the
+    remote tip the pushed chain was built on (hex)."""
+
     pushed: bool
     targets: dict[TargetKey, TargetResult]
     written: list[Item]
     commits: dict[str, int]
     unknown: frozenset[TargetKey]
     requests: dict[RequestHandle, RequestResult] = field(default_factory=dict)
+    rebuilds: int = 0
+    base: str | None = None
 
 
 @dataclass
@@ -951,12 +958,12 @@ class Build:
                 for path, identity, first in index.duplicated
                 if identity in index
             ]
-            metrics.DUPLICATES.labels(str(key)).set(len(index.duplicated))
+            result.duplicates = len(index.duplicated)
             result.failing += [
                 (_file_identity(path), c.FILE_TOO_LARGE, f"{path}: {why}; not read, left alone")
                 for path, why in index.oversized
             ]
-            metrics.OVERSIZED.labels(str(key)).set(len(index.oversized))
+            result.oversized = len(index.oversized)
         return Outcome(
             pushed,
             self.results,

@@ -19,7 +19,7 @@ from typing import TypeVar
 from kubescribe import metrics
 from kubescribe.api import conditions as c
 from kubescribe.git.quota import allowance, exceeds, refusal_message
-from kubescribe.git.repo import TransferTooLarge
+from kubescribe.git.repo import CacheBusy, TransferTooLarge
 
 T = TypeVar("T")
 
@@ -38,6 +38,9 @@ class NamespaceCache:
     """The folder of one namespace's clones and its quota in bytes (0: none); shared by the
     namespace's branch workers, each calling from its own thread."""
 
+    turn_timeout = 60.0
+    """Seconds a writer waits for the namespace's other fetches and tidies before `CacheBusy`."""
+
     def __init__(self, directory: Path, quota: int = 0, namespace: str = "") -> None:
         self.directory = directory
         self.quota = quota
@@ -54,12 +57,19 @@ class NamespaceCache:
     @contextlib.contextmanager
     def room(self) -> Iterator[int | None]:
         """The namespace's turn to grow its clones: yields how many bytes it may add (None
-        without a quota; then nobody waits for a turn)."""
+        without a quota; then nobody waits for a turn). `CacheBusy` after `turn_timeout`
+        behind the namespace's other writers (a transfer that hangs holds the turn)."""
         if self.quota <= 0:
             yield None
             return
-        with self._turn:
+        if not self._turn.acquire(timeout=self.turn_timeout):
+            raise CacheBusy(
+                f"other fetches of this namespace held its cache for over {self.turn_timeout:g}s"
+            )
+        try:
             yield allowance(self.quota, self.usage())
+        finally:
+            self._turn.release()
 
     def fetch(self, fetch: Callable[[int | None], T]) -> T:
         """`fetch(limit)` in the namespace's turn; CacheQuotaExceeded when it would receive

@@ -208,6 +208,20 @@ class Intake:
         """Changes waiting for their author or in an open window."""
         return self.windows.changes + sum(len(lane) for lane in self._lanes.values())
 
+    def observed(self) -> dict[TargetKey, float]:
+        """By target, when the oldest change waiting here was observed."""
+        oldest: dict[TargetKey, float] = {}
+        windows = [self.windows.get(target) for target in self.windows.targets()]
+        held: list[Change | Snapshot | _Fire] = [
+            change for window in windows if window is not None for change in window.changes
+        ]
+        held += [pending.item for lane in self._lanes.values() for pending in lane]
+        for item in held:
+            if isinstance(item, Change | Snapshot):
+                at = oldest.get(item.target)
+                oldest[item.target] = item.observed_at if at is None else min(at, item.observed_at)
+        return oldest
+
     # -- items -----------------------------------------------------------------------------
     def enter(self, item: Change | Snapshot) -> None:
         lane = self._lanes.get(item.target)

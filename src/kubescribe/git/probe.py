@@ -26,6 +26,12 @@ from kubescribe.api import conditions as c
 from kubescribe.git.repo import redact
 from kubescribe.git.transport.callbacks import refuse_offsite_redirects, remote_callbacks
 from kubescribe.git.transport.errors import GitFailure, classify_git_error
+from kubescribe.git.transport.proxy import (
+    ProxyConfigError,
+    ProxySettings,
+    process_settings,
+    proxy_failure,
+)
 from kubescribe.git.transport.secret import Credentials
 from kubescribe.git.urlpolicy import UrlRefused, check_url, resolve_host
 
@@ -74,8 +80,10 @@ def probe_remote(
     *,
     allow_file: bool = False,
     resolve: bool = True,
+    proxies: ProxySettings | None = None,
 ) -> RemoteProbe:
-    """Read and write probes of `url` with `creds`; messages never hold a credential."""
+    """Read and write probes of `url` with `creds`, through the proxy `proxies` (default:
+    the process's environment) name for it; messages never hold a credential."""
     try:
         check_url(url, allow_file, resolve=resolve_host if resolve else None)
     except UrlRefused as refused:
@@ -83,11 +91,18 @@ def probe_remote(
             Verdict("False", c.URL_REFUSED, f"{refused.message} ({refused.reason})"),
             Verdict("Unknown", c.URL_REFUSED, "Not probed: the URL is refused"),
         )
+    try:
+        proxy = (proxies or process_settings()).proxy_for(url)
+    except ProxyConfigError as exc:  # `kubescribe run` refuses these at start
+        return RemoteProbe(
+            Verdict("Unknown", c.PROXY_REFUSED, f"Proxy settings: {exc}"),
+            Verdict("Unknown", c.PROXY_REFUSED, "Not probed: the proxy settings are invalid"),
+        )
     repo = _scratch(scratch_dir)
     try:
-        heads = _connect(repo, url, creds, _FETCH)
+        heads = _connect(repo, url, creds, _FETCH, proxy)
     except Exception as exc:
-        reason, message = _failure(exc, creds, url)
+        reason, message = _failure(exc, creds, url, proxy)
         return RemoteProbe(
             Verdict("False", reason, f"Cannot read the repository: {message}"),
             Verdict("Unknown", reason, "Not probed: the read probe failed"),
@@ -100,9 +115,9 @@ def probe_remote(
         f"Connected; {len(branches)} branch(es)" + (f": {shown}" if branches else ""),
     )
     try:
-        _connect(repo, url, creds, _PUSH)
+        _connect(repo, url, creds, _PUSH, proxy)
     except Exception as exc:
-        reason, message = _failure(exc, creds, url)
+        reason, message = _failure(exc, creds, url, proxy)
         if reason in REFUSALS:
             return RemoteProbe(read, Verdict("False", reason, f"Pushes are refused: {message}"))
         return RemoteProbe(
@@ -135,16 +150,21 @@ def _scratch(scratch_dir: Path) -> pygit2.Repository:
 
 
 def _connect(
-    repo: pygit2.Repository, url: str, creds: Credentials, direction: int
+    repo: pygit2.Repository, url: str, creds: Credentials, direction: int, proxy: str | None
 ) -> Iterable[str]:
     remote = repo.remotes.create_anonymous(url)
+    callbacks = remote_callbacks(creds, url)
+    callbacks.proxied = proxy is not None
     try:
-        remote.connect(callbacks=remote_callbacks(creds, url), direction=direction)
+        remote.connect(callbacks=callbacks, direction=direction, proxy=proxy)
         return [str(head.name) for head in remote.list_heads(connect=False)]
     finally:
         del remote  # frees the remote, which hangs up without sending anything
 
 
-def _failure(exc: BaseException, creds: Credentials, url: str) -> tuple[str, str]:
+def _failure(
+    exc: BaseException, creds: Credentials, url: str, proxy: str | None
+) -> tuple[str, str]:
     reason, message = classify_git_error(exc, creds)
+    reason, message = proxy_failure(reason, message, proxy)
     return str(reason), redact(message, url).strip()

@@ -39,6 +39,12 @@ from kubescribe.git.transport.errors import (
     lost_race,
     vanished_ref,
 )
+from kubescribe.git.transport.proxy import (
+    ProxyConfigError,
+    ProxySettings,
+    process_settings,
+    proxy_failure,
+)
 from kubescribe.git.transport.secret import Credentials
 from kubescribe.git.urlpolicy import UrlRefused, check_transfer
 from kubescribe.net.urls import normalize
@@ -233,8 +239,11 @@ class GitRepository:
         url: str,
         cache_dir: Path,
         callbacks: CallbacksFactory | None = None,
+        proxies: Callable[[], ProxySettings] = process_settings,
     ) -> None:
         self.url = url
+        # HTTPS_PROXY / HTTP_PROXY / NO_PROXY, read for every transfer (see transport.proxy).
+        self._proxies = proxies
         self.path = cache_path(cache_dir, url)
         # Without a factory: no credentials and no trusted SSH host keys, so SSH fails closed.
         self._callbacks = callbacks or functools.partial(remote_callbacks, Credentials(), url)
@@ -267,14 +276,18 @@ class GitRepository:
         self._check_address("fetch")
         head = f"refs/heads/{branch}"
         tracking = _ref_name("refs/remotes/origin/", branch)
-        callbacks = self._callbacks()
+        proxy = self._proxy()
+        callbacks = self._transfer_callbacks(proxy)
         if limit is not None:
             callbacks.transfer_progress = _limited(limit)  # type: ignore[method-assign,assignment]
         with self._turn():
             try:
                 self._retrying(
                     lambda: self._remote.fetch(
-                        [f"+{head}:{tracking}"], callbacks=callbacks, prune=FetchPrune.NO_PRUNE
+                        [f"+{head}:{tracking}"],
+                        callbacks=callbacks,
+                        prune=FetchPrune.NO_PRUNE,
+                        proxy=proxy,
                     )
                 )
             except TransferTooLarge:
@@ -283,7 +296,7 @@ class GitRepository:
                 self._remote = self.repo.remotes.create_anonymous(self.url)
                 raise
             except (pygit2.GitError, OSError) as exc:
-                raise self._failure("fetch failed", exc, callbacks) from None
+                raise self._failure("fetch failed", exc, callbacks, proxy) from None
             # The heads of this fetch's own connection (no new one is opened).
             tip = next(
                 (h.oid for h in self._remote.list_heads(connect=False) if h.name == head), None
@@ -296,11 +309,14 @@ class GitRepository:
     def default_branch(self) -> str | None:
         """The branch the remote's HEAD names (its default branch); None if it names none."""
         self._check_address("fetch")
-        callbacks = self._callbacks()
+        proxy = self._proxy()
+        callbacks = self._transfer_callbacks(proxy)
         try:
-            heads = self._retrying(lambda: self._remote.list_heads(callbacks=callbacks))
+            heads = self._retrying(
+                lambda: self._remote.list_heads(callbacks=callbacks, proxy=proxy)
+            )
         except (pygit2.GitError, OSError) as exc:
-            raise self._failure("fetch failed", exc, callbacks) from None
+            raise self._failure("fetch failed", exc, callbacks, proxy) from None
         for head in heads:
             target = head.symref_target
             if head.name == "HEAD" and target and target.startswith("refs/heads/"):
@@ -331,7 +347,8 @@ class GitRepository:
 
     def _push_remote(self, branch: str, new_tip: pygit2.Oid) -> None:
         self._check_address("push")
-        callbacks = self._callbacks()
+        proxy = self._proxy()
+        callbacks = self._transfer_callbacks(proxy)
         refused: list[str] = []
         said: list[str] = []
 
@@ -346,16 +363,18 @@ class GitRepository:
         callbacks.sideband_progress = sideband  # type: ignore[method-assign,assignment]
         try:
             self._retrying(
-                lambda: self._remote.push([f"{new_tip}:refs/heads/{branch}"], callbacks=callbacks)
+                lambda: self._remote.push(
+                    [f"{new_tip}:refs/heads/{branch}"], callbacks=callbacks, proxy=proxy
+                )
             )
         except (pygit2.GitError, OSError) as exc:
-            raise self._failure("push failed", exc, callbacks, pushing=True) from None
+            raise self._failure("push failed", exc, callbacks, proxy, pushing=True) from None
         if refused:
             # A ref the server would not update: it moved under us (the update's old value no
             # longer matches), or a hook / branch protection declined, which no rebuild fixes.
             remote_said = " ".join(" ".join(said).split())[:_MAX_SIDEBAND]
             detail = "; ".join(refused) + (f" (remote: {remote_said})" if remote_said else "")
-            reason, message = self._classify(pygit2.GitError(detail), callbacks)
+            reason, message = self._classify(pygit2.GitError(detail), callbacks, proxy)
             if reason == GitFailure.PERMISSION_DENIED:
                 raise PushDenied(f"push denied: {message}")
             raise PushRejected(f"push rejected: {message}")
@@ -416,10 +435,11 @@ class GitRepository:
         what: str,
         exc: BaseException,
         callbacks: pygit2.RemoteCallbacks,
+        proxy: str | None,
         *,
         pushing: bool = False,
     ) -> RemoteError:
-        reason, message = self._classify(exc, callbacks)
+        reason, message = self._classify(exc, callbacks, proxy)
         return transfer_error(what, reason, message, pushing=pushing)
 
     def _check_address(self, what: str) -> None:
@@ -431,11 +451,25 @@ class GitRepository:
                 f"{what} refused: {refused.message} ({refused.reason})", c.URL_REFUSED
             ) from None
 
+    def _transfer_callbacks(self, proxy: str | None) -> pygit2.RemoteCallbacks:
+        callbacks = self._callbacks()
+        if isinstance(callbacks, GitCallbacks):
+            callbacks.proxied = proxy is not None
+        return callbacks
+
+    def _proxy(self) -> str | None:
+        """The proxy of a transfer to this remote now (None: direct)."""
+        try:
+            return self._proxies().proxy_for(self.url)
+        except ProxyConfigError as exc:  # `kubescribe run` refuses these at start
+            raise RemoteUnavailable(f"proxy settings: {exc}", c.PROXY_REFUSED) from None
+
     def _classify(
-        self, exc: BaseException, callbacks: pygit2.RemoteCallbacks
+        self, exc: BaseException, callbacks: pygit2.RemoteCallbacks, proxy: str | None
     ) -> tuple[GitFailure, str]:
         creds = callbacks.creds if isinstance(callbacks, GitCallbacks) else None
         reason, message = classify_git_error(exc, creds)
+        reason, message = proxy_failure(reason, message, proxy)
         return reason, redact(message, self.url)
 
 

@@ -153,6 +153,16 @@ class Committer:
 
 
 @dataclass(frozen=True)
+class Notice:
+    """Something the write tells beyond Ready, for a Kubernetes Event on the target
+    (`api.events`): `type` is Normal or Warning."""
+
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
 class WriteReport:
     """The outcome of one write attempt for one target.
 
@@ -177,3 +187,4 @@ class WriteReport:
     refused: list[Refusal] = field(default_factory=list)
     failing: list[Refusal] = field(default_factory=list)
     kustomization: str | None = None
+    notices: tuple[Notice, ...] = ()

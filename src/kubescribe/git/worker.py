@@ -14,6 +14,7 @@ the push that carries their item succeeded.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
 from collections import deque
@@ -26,6 +27,7 @@ import structlog
 
 from kubescribe import metrics
 from kubescribe.api import conditions as c
+from kubescribe.api import events as ev
 from kubescribe.git.build import Outcome, RequestResult, TargetResult
 from kubescribe.git.cachequota import CacheQuotaExceeded, NamespaceCache
 from kubescribe.git.intake import (
@@ -50,6 +52,7 @@ from kubescribe.git.targets import (
     RETRY_MAX_UNREACHABLE,
     Committer,
     Item,
+    Notice,
     Refusal,
     TargetConfig,
     WriteReport,
@@ -108,8 +111,14 @@ class BranchWorker:
         self._upkeep_due = False
         self._task: asyncio.Task[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._queue_depth = metrics.QUEUE_DEPTH.labels(f"{self.key[0]}#{branch}")
-        self._waited = metrics.BACKPRESSURE.labels(f"{self.key[0]}#{branch}")
+        self._series = f"{self.key[0]}#{branch}"  # the `branch` label of its metrics
+        self._queue_depth = metrics.QUEUE_DEPTH.labels(self._series)
+        self._waited = metrics.BACKPRESSURE.labels(self._series)
+        # By target: when the oldest change not yet pushed was observed (the clock's time).
+        self._oldest: dict[TargetKey, float] = {}
+        self._failures = 0  # failed writes in a row
+        self._failing_since: float | None = None  # wall time of the first one
+        self._failed_reason = ""
         self._max_queued = max_queued
         self._room = asyncio.Event()
         self._room.set()
@@ -147,6 +156,10 @@ class BranchWorker:
                     raise ValueError(f"targets {a.key} and {b.key} have overlapping folders")
         old, self._targets = self._targets, {t.key: t for t in targets}
         self._intake.reconfigure(old.get, self._targets.get)
+        for key in old.keys() - self._targets.keys():
+            metrics.forget_target(str(key), self)  # no longer written here
+        for key in self._targets.keys() - old.keys():
+            metrics.claim_target(str(key), self, functools.partial(self.pending_age, key))
         if any(upkeep_key(t) != upkeep_key(old.get(t.key)) for t in targets):
             self._upkeep_due = True  # encryption changed: check the folders even if idle
             self._wake.set()
@@ -165,6 +178,7 @@ class BranchWorker:
             raise RuntimeError("branch worker is stopped")
         if isinstance(item, Group | Skipped):
             raise TypeError("groups and skips are made by the intake, not submitted")
+        self._oldest.setdefault(item.target, item.observed_at)
         self._intake.enter(item)  # author and window rules; then `_enqueue`
 
     def _enqueue(self, item: Item) -> None:
@@ -248,7 +262,28 @@ class BranchWorker:
             self._executor.submit(self._writer.close)
             self._executor.shutdown(wait=False)
             self._executor = None
+        self._forget_series()
         return flushed
+
+    def _forget_series(self) -> None:
+        """Remove this worker's series: another replica (or worker) reports these targets now,
+        or nobody does; a stale gauge would be counted twice in sums over replicas."""
+        for key in self._targets:
+            metrics.forget_target(str(key), self)
+        metrics.forget_branch(self._series)  # its queue, back-pressure and cache packs
+
+    def pending_age(self, key: TargetKey) -> float:
+        """Seconds since the oldest change of `key` not yet pushed was observed (0: none)."""
+        oldest = self._oldest.get(key)
+        return 0.0 if oldest is None else max(0.0, self._clock() - oldest)
+
+    def _recount_oldest(self) -> None:
+        """After a push: what is still pending was queued or held since."""
+        oldest = self._intake.observed()
+        for item in [*self._unpushed, *self._queue]:
+            at = oldest.get(item.target)
+            oldest[item.target] = item.observed_at if at is None else min(at, item.observed_at)
+        self._oldest = oldest
 
     @property
     def pending(self) -> int:
@@ -280,6 +315,7 @@ class BranchWorker:
                 )
             except Exception as exc:  # every failure keeps the batch
                 failures += 1
+                self._failures = failures
                 self._upkeep_due = True
                 self._failed(batch, targets, exc)
                 delay = min(_retry_cap(exc), RETRY_INITIAL * 2 ** min(failures - 1, 10))
@@ -290,6 +326,7 @@ class BranchWorker:
                 continue
             failures = 0
             self._succeeded(batch, outcome)
+            self._failures, self._failing_since = 0, None
 
     def _busy(self) -> bool:
         """Items wait for the next batch (read from the writer's thread)."""
@@ -321,6 +358,7 @@ class BranchWorker:
         self._settle(batch, outcome)
         self._unpushed, self._collapsed_cursors = [], []
         self._depth_changed()
+        self._recount_oldest()
         now = time.monotonic()
         for item in outcome.written:
             metrics.LAG.observe(max(0.0, now - item.observed_at))
@@ -330,6 +368,7 @@ class BranchWorker:
         for key in sorted(targets):
             result = outcome.targets.get(key, TargetResult())
             last = self._last.setdefault(key, _Last())
+            notices = self._notices(result, last, outcome)
             if result.commit is not None:
                 last.commit, last.pushed_at = result.commit, pushed_at
             last.documents, last.retained = result.documents, result.retained
@@ -337,8 +376,7 @@ class BranchWorker:
             last.kustomization = result.kustomization
             for _, reason, _ in result.refused:
                 metrics.REFUSED.labels(reason).inc()
-            metrics.DOCUMENTS.labels(str(key)).set(result.documents)
-            metrics.RETAINED.labels(str(key)).set(result.retained)
+            self._publish(key, result, pushed_at if result.commit is not None else None)
             message = f"Pushed {result.commit[:12]}" if result.commit else "Up to date"
             if result.failing:
                 message += f"; {len(result.failing)} document(s) not written"
@@ -355,6 +393,7 @@ class BranchWorker:
                     result.refused,
                     last.failing,
                     last.kustomization,
+                    notices,
                 )
             )
         if cursors and self._on_pushed is not None:
@@ -363,11 +402,62 @@ class BranchWorker:
             except Exception:  # a callback must not stop the writer
                 self._log.exception("worker.on_pushed_failed")
 
+    def _publish(self, key: TargetKey, result: TargetResult, pushed_at: float | None) -> None:
+        """The target's gauges, while this worker writes it (a stopped worker's last batch
+        must not bring back series another worker or replica owns now)."""
+        target = str(key)
+        if key not in self._targets or not metrics.owns_target(target, self):
+            return
+        metrics.DOCUMENTS.labels(target).set(result.documents)
+        metrics.RETAINED.labels(target).set(result.retained)
+        metrics.DUPLICATES.labels(target).set(result.duplicates)
+        metrics.OVERSIZED.labels(target).set(result.oversized)
+        # A render mismatch is written; every other failing document is not.
+        unwritten = [f for f in result.failing if f[1] != c.RENDER_MISMATCH]
+        metrics.TARGET_REFUSED.labels(target).set(len(unwritten))
+        if pushed_at is not None:
+            metrics.LAST_PUSH.labels(target).set(pushed_at)
+
+    def _notices(self, result: TargetResult, last: _Last, outcome: Outcome) -> tuple[Notice, ...]:
+        """What this write tells beyond Ready: the end of an outage, a rebuild on someone
+        else's commit, documents newly refused."""
+        notices: list[Notice] = []
+        done = f"pushed {result.commit[:12]}" if result.commit else "up to date again"
+        if self._failures:
+            since = self._failing_since or time.time()
+            notices.append(
+                Notice(
+                    "Normal",
+                    ev.PUSH_RECOVERED,
+                    f"Writes work again ({done}) after {self._failures} failed attempt(s) over"
+                    f" {max(0.0, time.time() - since):.0f}s; the last failure was"
+                    f" {self._failed_reason}",
+                )
+            )
+        if outcome.rebuilds and result.commit is not None:
+            notices.append(
+                Notice(
+                    "Normal",
+                    ev.REBUILT,
+                    f"The branch moved under this writer (a commit it did not write:"
+                    f" {(outcome.base or 'none')[:12]}); the batch was rebuilt on it"
+                    f" {outcome.rebuilds} time(s) and {done}",
+                )
+            )
+        before = {identity for identity, _, _ in last.failing}
+        new = [r for r in result.refused if r[0] not in before and r[1] != c.RENDER_MISMATCH]
+        if new:
+            listed = "; ".join(f"{i.kind} {i.ref}: {why} ({reason})" for i, reason, why in new[:3])
+            more = f" (and {len(new) - 3} more)" if len(new) > 3 else ""
+            notices.append(Notice("Warning", ev.DOCUMENT_REFUSED, f"Not written: {listed}{more}"))
+        return tuple(notices)
+
     def _skipped(self, batch: list[Item]) -> None:
         """Acknowledge dropped changes (`spec.ignore`) at once: everything queued before
         them was pushed already (a failed batch would be part of this one)."""
         self._unpushed = []
         self._depth_changed()
+        self._recount_oldest()
         cursors = [item.cursor for item in batch if isinstance(item, Skipped)]
         if self._on_pushed is not None:
             try:
@@ -384,6 +474,9 @@ class BranchWorker:
             reason, message = c.WRITE_FAILED, f"{type(exc).__name__}: {exc}"
             self._log.error("worker.write_error", exc_info=exc)
         self._log.warning("worker.write_failed", reason=reason, error=message, items=len(batch))
+        if self._failing_since is None:
+            self._failing_since = time.time()
+        self._failed_reason = f"{reason}: {message}"
         for item in batch:
             if isinstance(item, Group) and item.request is not None:
                 if item.target in targets:
@@ -474,12 +567,15 @@ class _Last:
     kustomization: str | None = None
 
 
+_UNREACHABLE = frozenset({RemoteUnavailable.default_reason, c.PROXY_UNREACHABLE})
+
+
 def _retry_cap(exc: Exception) -> float:
-    """The longest wait between attempts: a remote that cannot be reached, a cache disk that
-    is full, or contention with other writers of the cache, is tried again every few seconds,
-    so its end is noticed soon; other failures (credentials, a hook, the signing key) wait
-    longer, and a change to their cause cuts the wait short."""
-    if isinstance(exc, RemoteUnavailable) and exc.reason == RemoteUnavailable.default_reason:
+    """The longest wait between attempts: a remote (or the proxy before it) that cannot be
+    reached, a cache disk that is full, or contention with other writers of the cache, is tried
+    again every few seconds, so its end is noticed soon; other failures (credentials, a hook,
+    the signing key) wait longer, and a change to their cause cuts the wait short."""
+    if isinstance(exc, RemoteUnavailable) and exc.reason in _UNREACHABLE:
         return RETRY_MAX_UNREACHABLE
     if isinstance(exc, CacheUnwritable | LocalRefMissing | CacheBusy):
         return RETRY_MAX_UNREACHABLE  # space, or the other writer's turn, may end any moment

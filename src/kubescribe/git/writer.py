@@ -27,6 +27,7 @@ from kubescribe.git.pack import PackTooLarge
 from kubescribe.git.pending import PendingObjects
 from kubescribe.git.repack import PACK_LIMIT, TidyResult, pack_count, tidy
 from kubescribe.git.repo import (
+    CacheBusy,
     CallbacksFactory,
     CommitSigner,
     GitRepository,
@@ -266,7 +267,9 @@ class Writer:
                 build_seconds=round(built - started, 4),
                 push_seconds=round(time.perf_counter() - built, 4),
             )
-            return build.outcome(pushed=True)
+            outcome = build.outcome(pushed=True)
+            outcome.rebuilds, outcome.base = attempt, str(base) if base is not None else None
+            return outcome
         raise AssertionError("unreachable")
 
     def _flush(self) -> None:
@@ -300,7 +303,8 @@ class Writer:
         try:
             with repo.cache_lock.exclusive(), self.quota.room() as room:
                 result = tidy(repo.repo, self.garbage, room)
-        except OSError as exc:  # a full disk or quota: the cache stays as it was, and works
+        except (OSError, CacheBusy) as exc:  # a full disk or quota, or the namespace's
+            # other writers' turn: the cache stays as it was, and works
             self.tidy_at = packs + PACK_LIMIT
             self.log.warning("cache.tidy_failed", error=str(exc))
             return

@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import socket
 import time
 from collections.abc import AsyncIterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -108,19 +108,15 @@ class KubeClient:
 
     @classmethod
     async def connect(
-        cls, kubeconfig: Path | None = None, context: str | None = None
+        cls, kubeconfig: str | os.PathLike[str] | None = None, context: str | None = None
     ) -> KubeClient:
-        """From a kubeconfig file, or the in-cluster service account when none is given."""
-        if kubeconfig is None:
-            return cls(config.in_cluster())
-        connection = config.from_kubeconfig(kubeconfig, context)
-        if connection is None:
-            connection = await config.via_kubernetes_asyncio(kubeconfig, context)
-        return cls(connection)
+        """As kubectl: `kubeconfig` alone when given, else $KUBECONFIG's files merged, else
+        ~/.kube/config, else the in-cluster service account (`config.resolve`)."""
+        return cls(await config.connect_settings(kubeconfig, context))
 
-    def _headers(self, accept: str) -> dict[str, str]:
+    async def _headers(self, accept: str) -> dict[str, str]:
         headers = {"Accept": accept}
-        authorization = self._connection.authorization()
+        authorization = await self._connection.authorization()
         if authorization:
             headers["Authorization"] = authorization
         return headers
@@ -141,27 +137,51 @@ class KubeClient:
     ) -> Any:
         if self._limit is not None:
             await self._limit.take()
-        headers = self._headers(accept)
-        data = None
-        if body is not None:
-            headers["Content-Type"] = content_type
-            data = json.dumps(body)
-        async with self._session.request(
-            method,
+        data = None if body is None else json.dumps(body)
+        for attempt in (1, 2):
+            headers = await self._headers(accept)
+            if body is not None:
+                headers["Content-Type"] = content_type
+            async with self._session.request(
+                method,
+                self.host + path,
+                params=params,
+                data=data,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+                allow_redirects=self._redirects,
+            ) as resp:
+                payload = await resp.read()
+                # As client-go: credentials the server refuses are fetched again once (a
+                # rotated token file, an exec plugin's revoked token).
+                if (
+                    resp.status == 401
+                    and attempt == 1
+                    and self._connection.rejected(headers.get("Authorization"))
+                ):
+                    continue
+                if resp.status >= 300:
+                    raise _api_error(resp.status, payload)
+                return json.loads(payload) if payload else None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def get(self, path: str, **kwargs: Any) -> Any:
+        return await self.request("GET", path, **kwargs)
+
+    async def get_text(self, path: str, timeout: float = 10) -> str:
+        """A GET whose answer is not JSON (metrics and health through the API server's proxy)."""
+        if self._limit is not None:
+            await self._limit.take()
+        async with self._session.get(
             self.host + path,
-            params=params,
-            data=data,
-            headers=headers,
+            headers=self._headers("*/*"),
             timeout=aiohttp.ClientTimeout(total=timeout),
             allow_redirects=self._redirects,
         ) as resp:
             payload = await resp.read()
             if resp.status >= 300:
                 raise _api_error(resp.status, payload)
-            return json.loads(payload) if payload else None
-
-    async def get(self, path: str, **kwargs: Any) -> Any:
-        return await self.request("GET", path, **kwargs)
+            return payload.decode("utf-8", "replace")
 
     async def merge_patch(self, path: str, body: Any) -> Any:
         return await self.request("PATCH", path, body=body, content_type=MERGE_PATCH)
@@ -173,7 +193,7 @@ class KubeClient:
         seconds raises `asyncio.TimeoutError`-compatible `aiohttp.ServerTimeoutError`."""
         if self._limit is not None:
             await self._limit.take()
-        headers = self._headers(JSON)
+        headers = await self._headers(JSON)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=idle_timeout)
         async with self._session.get(
             self.host + path,
@@ -183,6 +203,8 @@ class KubeClient:
             allow_redirects=self._redirects,
         ) as resp:
             if resp.status >= 300:
+                if resp.status == 401:
+                    self._connection.rejected(headers.get("Authorization"))  # the next try
                 raise _api_error(resp.status, await resp.read())
             if resp.connection is not None and resp.connection.transport is not None:
                 _keep_alive(resp.connection.transport.get_extra_info("socket"))
@@ -218,5 +240,5 @@ def _api_error(status: int, payload: bytes) -> ApiError:
     try:
         doc = json.loads(payload)
         return ApiError(status, str(doc.get("reason", "")), str(doc.get("message", "")))
-    except ValueError:
+    except (ValueError, AttributeError):  # not JSON, or JSON that is not a Status
         return ApiError(status, "", payload[:200].decode(errors="replace"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -38,6 +39,10 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
+# A DNS subdomain (RFC 1123): what the API server accepts as the name of a cluster-scoped object.
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_OBJECT_NAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*")
+
 
 @dataclass(frozen=True)
 class AttributionOptions:
@@ -61,6 +66,7 @@ class AttributionOptions:
     webhook_allow_anonymous: bool = False  # managed clusters: the API server has no client cert
     changes_webhook_url: str = ""  # set: record who writes watched objects (attribution)
     changes_webhook_ca: Path | None = None  # caBundle of the registration
+    changes_webhook_name: str = "kubescribe-attribution"  # its ValidatingWebhookConfiguration
     max_facts: int = 100_000
     max_request_records: int = 10_000
     fact_retention: float = 900.0
@@ -86,6 +92,11 @@ class AttributionOptions:
             found.append("--changes-webhook-url must be an https:// URL")
         if self.changes_webhook_url and not self.changes_webhook_ca:
             found.append("--changes-webhook-url needs --changes-webhook-ca (its caBundle)")
+        if not _OBJECT_NAME.fullmatch(self.changes_webhook_name):
+            found.append(
+                f"--changes-webhook-name {self.changes_webhook_name!r}: a Kubernetes object "
+                "name (lowercase letters, digits, '-' and '.', at most 253 characters)"
+            )
         cns = {c.strip() for c in self.webhook_client_cns}
         if self.webhook_addr and ("" in cns or not cns or (ANY_CLIENT in cns and len(cns) > 1)):
             found.append("--webhook-client-cn: names, or a single '*'")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -143,6 +144,7 @@ def audit_app(
         except AuditDecodeError as exc:
             return refuse(400, "not_an_event_list", str(exc), name, peer)
         _count(decoded)
+        metrics.AUDIT_LAST_EVENT.labels(route.name).set(time.time())
         try:
             await facts.add(route.name, keyed(decoded.facts))
         except Exception as exc:  # the index is ours; never let it take the receiver down
@@ -153,6 +155,8 @@ def audit_app(
             {"accepted": decoded.accepted, "skipped": dict(decoded.skipped)}, status=200
         )
 
+    for name in routes:
+        metrics.AUDIT_LAST_EVENT.labels(name).set(0)
     app = web.Application(client_max_size=max_body)
     app.router.add_post(PATH_PREFIX + "{route}", receive)
     return app

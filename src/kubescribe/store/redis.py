@@ -34,6 +34,8 @@ from kubescribe.store.redis_client import connect
 from kubescribe.store.redis_options import EntrySigner, RedisOptions
 from kubescribe.waits import wait_event
 
+IDLE_PING_SECONDS = 10.0  # how often an idle fact store checks that Redis answers
+
 log = structlog.get_logger(__name__)
 
 Record = Mapping[str, str]
@@ -106,7 +108,9 @@ class RedisFactStore:
                         approximate=True,
                     )
                 await pipe.execute()
+            metrics.REDIS_UP.labels("facts").set(1)
         except (RedisError, OSError) as exc:
+            metrics.REDIS_UP.labels("facts").set(0)
             metrics.FACT_STORE_ERRORS.labels("add").inc()
             log.warning("facts.redis_add_failed", route=route, error=str(exc))
             self.local.index(route, records)
@@ -127,11 +131,21 @@ class RedisFactStore:
             self._new_route.set()
 
     # -- tailer ----------------------------------------------------------------------------
+    async def _ping(self) -> None:
+        try:
+            await self._client.ping()
+        except (RedisError, OSError) as exc:
+            metrics.REDIS_UP.labels("facts").set(0)
+            log.warning("facts.redis_ping_failed", error=str(exc))
+        else:
+            metrics.REDIS_UP.labels("facts").set(1)
+
     async def _tail(self) -> None:
         backoff = 0.2
         while not self._stopping.is_set():
-            if not self._cursors:
-                await self._new_route.wait()
+            if not self._cursors:  # nothing to tail yet: still say whether Redis answers
+                await self._ping()
+                await wait_event(self._new_route, IDLE_PING_SECONDS)
                 continue
             self._new_route.clear()
             streams: dict[Any, Any] = {self.prefix + r: c for r, c in self._cursors.items()}
@@ -140,12 +154,14 @@ class RedisFactStore:
                     streams, count=1000, block=int(self.block * 1000)
                 )
             except (RedisError, OSError) as exc:
+                metrics.REDIS_UP.labels("facts").set(0)
                 metrics.FACT_STORE_ERRORS.labels("read").inc()
                 log.warning("facts.redis_read_failed", error=str(exc), retry_in=backoff)
                 await wait_event(self._stopping, backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
             backoff = 0.2
+            metrics.REDIS_UP.labels("facts").set(1)
             for stream, entries in _stream_entries(reply):
                 route = stream.removeprefix(self.prefix)
                 batch = []

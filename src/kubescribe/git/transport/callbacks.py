@@ -32,6 +32,9 @@ class GitCallbacks(pygit2.RemoteCallbacks):
         self._creds = creds
         self._scheme, self._user, self._host, self._port = _endpoint(url)
         self._offered: set[str] = set()
+        # The transfer goes through an HTTP proxy (`transport.proxy`): over http:// the
+        # Secret's username and password would cross it in clear text, and are refused.
+        self.proxied = False
 
     def credentials(
         self, url: str, username_from_url: str | None, allowed_types: CredentialType
@@ -55,6 +58,13 @@ class GitCallbacks(pygit2.RemoteCallbacks):
                 ssh_user, key.public_line, key.private_key, key.passphrase
             )
         if allowed_types & CredentialType.USERPASS_PLAINTEXT:
+            if self.proxied and self._scheme == "http":
+                raise TransportRefused(
+                    GitFailure.AUTHENTICATION_FAILED,
+                    "the server asks for credentials over http:// through a proxy: they are "
+                    "not sent in clear text through it (use https://, or list the host in "
+                    "NO_PROXY)",
+                )
             if creds.username is None or creds.password is None:
                 what = "bearer token" if creds.bearer_token else "request"
                 raise TransportRefused(

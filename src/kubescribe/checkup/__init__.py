@@ -1,0 +1,1 @@
+"""`kubescribe check`: the whole install checked from the user's kubeconfig."""
