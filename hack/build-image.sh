@@ -99,8 +99,13 @@ if [ ! -s "$out" ]; then
   args=(--build-arg "BUILDPLATFORM=linux/$host_arch" --build-arg "BUILDARCH=$host_arch"
         --build-arg "BASE=oci-archive:$base" --build-arg "VERSION=$version" --build-arg "KUSTOMIZE=$kustomize")
   [ -z "$runtime" ] || args+=(--build-arg "RUNTIME=oci-archive:$runtime")
-  unshare --mount --propagation private buildah "${store[@]}" bud --quiet --isolation chroot --layers "${ca[@]}" \
-    --platform "linux/$arch" "${args[@]}" -t "$ref" . >&2
+  bud() {
+    unshare --mount --propagation private buildah "${store[@]}" bud --quiet --isolation chroot --layers "${ca[@]}" \
+      --platform "linux/$arch" "${args[@]}" -t "$ref" . >&2
+  }
+  # Another build sharing the storage may remove a cached layer under this one ("layer not
+  # known"): once more, without what it removed.
+  bud || { echo "build-image: the build failed; once more" >&2; bud; }
   rm -f "$out.tmp"
   unshare --mount --propagation private buildah "${store[@]}" push --quiet "$ref" "oci-archive:$out.tmp:$ref" >&2
   mv "$out.tmp" "$out"
