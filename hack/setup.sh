@@ -20,6 +20,8 @@ if ! $demo; then
   APT_PACKAGES+=(redis-server age openssh-server openssh-client nginx fcgiwrap tinyproxy shellcheck yamllint)
   # The single-node cluster (tests/cluster): container runtime, CNI plugins, image tooling.
   APT_PACKAGES+=(containerd runc containernetworking-plugins mmdebstrap buildah iproute2 util-linux)
+  # The arm64 image is checked by running it under emulation (tests/cluster/test_image.py).
+  APT_PACKAGES+=(qemu-user-static)
 fi
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

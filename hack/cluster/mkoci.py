@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write an OCI image layout archive (one tar: oci-layout, index.json, blobs) from layer tars.
 
-    mkoci.py OUT.tar NAME LAYER.tar... [--entrypoint JSON] [--cmd JSON] [--env K=V]...
+    mkoci.py OUT.tar NAME LAYER.tar... [--entrypoint JSON] [--cmd JSON] [--env K=V]... [--arch A]
 
 NAME is the reference containerd records on `ctr images import` (annotation
 io.containerd.image.name), e.g. localhost/kubescribe/pause:local. Layers are stored
@@ -40,6 +40,7 @@ def main() -> None:
     ap.add_argument("--entrypoint")
     ap.add_argument("--cmd")
     ap.add_argument("--env", action="append", default=[])
+    ap.add_argument("--arch", default="amd64", help="the image's architecture (GOARCH names)")
     a = ap.parse_args()
 
     layers = [(layer, _digest(layer), layer.stat().st_size) for layer in a.layers]
@@ -50,9 +51,12 @@ def main() -> None:
         cfg["Entrypoint"] = json.loads(a.entrypoint)
     if a.cmd:
         cfg["Cmd"] = json.loads(a.cmd)
+    # arm64 images name their variant (v8): builders that pick by platform compare it
+    variant = {"variant": "v8"} if a.arch == "arm64" else {}
     config = json.dumps(
         {
-            "architecture": "amd64",
+            "architecture": a.arch,
+            **variant,
             "os": "linux",
             "config": cfg,
             "rootfs": {"type": "layers", "diff_ids": [f"sha256:{d}" for _, d, _ in layers]},
@@ -71,7 +75,11 @@ def main() -> None:
                 "size": len(config),
             },
             "layers": [
-                {"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": f"sha256:{d}", "size": s}
+                {
+                    "mediaType": "application/vnd.oci.image.layer.v1.tar",
+                    "digest": f"sha256:{d}",
+                    "size": s,
+                }
                 for _, d, s in layers
             ],
         },
@@ -88,7 +96,7 @@ def main() -> None:
                     "mediaType": "application/vnd.oci.image.manifest.v1+json",
                     "digest": f"sha256:{manifest_digest}",
                     "size": len(manifest),
-                    "platform": {"architecture": "amd64", "os": "linux"},
+                    "platform": {"architecture": a.arch, "os": "linux", **variant},
                     "annotations": {
                         "io.containerd.image.name": a.name,
                         "org.opencontainers.image.ref.name": tag,

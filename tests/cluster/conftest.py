@@ -40,7 +40,8 @@ NAMESPACE = "kubescribe-system"
 
 
 def record(name: str, value: float) -> None:
-    """Keep a measured figure (seconds) in .devenv/cluster-figures-<worker>.json (notes)."""
+    """Keep a measured figure (seconds, or the unit its name gives) in
+    .devenv/cluster-figures-<worker>.json (notes)."""
     record_figure(name, value, "cluster")
 
 

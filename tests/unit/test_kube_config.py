@@ -354,3 +354,15 @@ async def test_exec_plugin_failures_are_one_clear_line(tmp_path: Path) -> None:
     update(state, fail=False, expiry="yesterday")
     with pytest.raises(ConfigError, match="not an RFC 3339 time"):
         await from_kubeconfig(write(tmp_path, {"exec": spec}, INSECURE)).authorization()
+
+
+async def test_an_auth_provider_without_kubernetes_asyncio_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The image carries no kubernetes_asyncio (the extra kubeconfig-plugins): an auth-provider
+    # kubeconfig is refused with what to install, not an ImportError.
+    monkeypatch.setitem(sys.modules, "kubernetes_asyncio", None)
+    path = write(tmp_path, {"auth-provider": {"name": "oidc", "config": {}}}, INSECURE)
+    merged = load_kubeconfig(str(path), {})
+    with pytest.raises(ConfigError, match=r"install kubescribe\[kubeconfig-plugins\]"):
+        await kube_config.via_kubernetes_asyncio(merged, None)

@@ -142,8 +142,9 @@ def network_isolation() -> tuple[str, ...]:
         return ()
     prefix = (unshare, "--map-root-user", "--net")
     try:
+        # the probe is this interpreter: the image carries no `true` (nor any shell tool)
         done = subprocess.run(
-            [*prefix, "true"],
+            [*prefix, sys.executable, "-I", "-c", ""],
             capture_output=True,
             stdin=subprocess.DEVNULL,
             env=child_env(),

@@ -9,7 +9,8 @@ Relative paths in a file are relative to that file's folder.
 Tokens, token files and exec plugins are handled here (`kubescribe.kube.credentials` keeps
 them fresh); kubeconfigs that need an auth provider are handed to kubernetes_asyncio's loader.
 Importing kubernetes_asyncio costs 1.3 s and 70 MB (it loads every generated model), so it is
-only imported for those.
+only imported for those, and it is an optional dependency (the extra `kubeconfig-plugins`; the
+image does not carry it: in a Pod the service account is used).
 """
 
 from __future__ import annotations
@@ -464,10 +465,16 @@ def in_cluster(environ: Mapping[str, str] | None = None) -> Connection:
 async def via_kubernetes_asyncio(merged: Kubeconfig, context: str | None) -> Connection:
     """Auth providers (oidc, and the retired gcp and azure ones): let kubernetes_asyncio's
     loader run them on the selected context, then use the result."""
-    from kubernetes_asyncio import config as kube_config  # noqa: PLC0415 - 1.3 s import
-    from kubernetes_asyncio.client import Configuration  # noqa: PLC0415
-
     name = context or merged.current_context
+    try:
+        from kubernetes_asyncio import config as kube_config  # noqa: PLC0415 - 1.3 s import
+        from kubernetes_asyncio.client import Configuration  # noqa: PLC0415
+    except ImportError:
+        raise ConfigError(
+            f"context {name!r}: its user needs an auth provider, read by kubernetes_asyncio, "
+            "which is not installed (install kubescribe[kubeconfig-plugins]; the image does not "
+            "carry it: in a Pod the service account is used)"
+        ) from None
     ctx = merged.contexts[name].body
     cluster, user = merged.clusters[str(ctx["cluster"])], merged.users[str(ctx["user"])]
     doc = {
