@@ -724,7 +724,8 @@ def run(
 @click.option(
     "--namespace",
     default=None,
-    help="Where the operator runs (default: found by its label in every namespace).",
+    help="Where the operator runs (default: found by its label in every namespace); "
+    "GitProviders, GitTargets and rules are checked in every namespace.",
 )
 @click.option(
     "--operator-url",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -69,6 +71,17 @@ def test_install_mirror_upgrade_sigterm_uninstall(
         rel, lambda: data_of(repo, ns, "hello") == {"greeting": "hi"}, "ConfigMap in Git", 90
     )
     wait_condition(cluster, "gittarget", "mirror", ns, "Ready", "True")  # type: ignore[arg-type]
+    # `kubescribe check` from the admin's kubeconfig: the Deployment, and the metrics read from
+    # its Pod through the API server's proxy.
+    done = subprocess.run(
+        [sys.executable, "-m", "kubescribe", "check", "--kubeconfig", str(cluster.kubeconfig),
+         "--namespace", NAMESPACE, "-o", "json"],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    lines = {line["check"]: line for line in json.loads(done.stdout)["checks"]}
+    assert lines[f"Deployment {NAMESPACE}/{rel.name}-kubescribe"]["status"] == "ok", lines
+    assert "Metrics" not in lines, lines["Metrics"]  # read from the Pod
+    assert lines[f"GitTarget {ns}/mirror"]["detail"].startswith("Ready; last push"), lines
 
     # helm upgrade with a changed value while changes keep coming: none is lost
     stop = threading.Event()

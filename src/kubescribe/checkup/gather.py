@@ -51,10 +51,9 @@ async def gather(
     else:
         samples, error = await _metrics_of_pods(client, deployments)
     webhooks = await _webhook_probes(client, samples)
+    # Every namespace's: `namespace` is where the operator runs, not where tenants work.
     kinds = {
-        kind: await _items(
-            client, f"/apis/{GROUP}/{VERSION}{'' if kind == 'clusterwatchrules' else scope}/{kind}"
-        )
+        kind: await _items(client, f"/apis/{GROUP}/{VERSION}/{kind}")
         for kind in ("gitproviders", "gittargets", "watchrules", "clusterwatchrules")
     }
     return Facts(
