@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from kubescribe.waits import within
+
 TOKEN_FILE_PERIOD = 60.0  # seconds: client-go re-reads a token file once a minute
 EXEC_TIMEOUT = 120.0  # seconds an exec plugin may take (a hung one would stall every request)
 EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
@@ -194,12 +196,12 @@ class ExecPlugin:
             raise self._failure("not found: install it or fix the path in the kubeconfig") from None
         except PermissionError:
             raise self._failure("is not executable") from None
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), EXEC_TIMEOUT)
-        except TimeoutError:
+        talk = asyncio.ensure_future(proc.communicate())
+        if not await within(talk, EXEC_TIMEOUT):
             proc.kill()
             await proc.wait()
-            raise self._failure(f"gave no answer in {EXEC_TIMEOUT:.0f} s") from None
+            raise self._failure(f"gave no answer in {EXEC_TIMEOUT:.0f} s")
+        out, err = talk.result()
         self.runs += 1
         if proc.returncode != 0:
             last = (err.decode(errors="replace").strip().splitlines() or [""])[-1]
