@@ -97,6 +97,22 @@ def cluster(
         record("cluster stop", c.timings["stop"])
 
 
+def ensure_imported(cluster: Cluster, image: Image) -> None:
+    """Import the image again when containerd no longer lists it. Once in CI a release's Pod
+    found it gone (ErrImageNeverPull) after other tests had shared the cluster; what removed
+    it is not known yet, so each time is written to .devenv/cluster-image-misses-<worker>.txt
+    with what containerd listed instead."""
+    names = cluster.image_names()
+    if image.ref in names:
+        return
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    misses = REPO_ROOT / ".devenv" / f"cluster-image-misses-{worker}.txt"
+    misses.parent.mkdir(exist_ok=True)
+    with misses.open("a") as out:
+        out.write(f"{datetime.now().isoformat()} {image.ref} missing; listed: {names}\n")
+    cluster.import_image(image.archive)
+
+
 @pytest.fixture(scope="session")
 def ssh_git(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshGitServer]:
     if sshd_binary() is None:
@@ -237,6 +253,8 @@ def install(cluster: Cluster, image: Image) -> Iterator[Callable[..., Release]]:
             "image.pullPolicy=Never",
         ]
         rel.values = [*([] if chart else local_image), "logLevel=debug", *values]
+        if not chart:
+            ensure_imported(cluster, image)
         args = [f"--set={v}" for v in rel.values]
         args += [f"--set-file={key}={path}" for key, path in (files or {}).items()]
         t0 = time.monotonic()
