@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -53,7 +53,6 @@ class Facts:
     rules: Sequence[Mapping[str, Any]]
     outside_cluster: bool = False  # the operator runs as a process (--operator-url)
     version: str = ""
-    extra: list[Verdict] = field(default_factory=list)
 
 
 def verdicts(facts: Facts) -> list[Verdict]:
@@ -66,7 +65,6 @@ def verdicts(facts: Facts) -> list[Verdict]:
         *rbac_verdicts(facts.rules),
         *object_verdicts("GitProvider", facts.providers, c.WRITABLE),
         *object_verdicts("GitTarget", facts.targets, c.READY, facts.samples, facts.now),
-        *facts.extra,
     ]
 
 
