@@ -97,20 +97,26 @@ def cluster(
         record("cluster stop", c.timings["stop"])
 
 
+_REIMPORTED: set[Path] = set()
+
+
 def ensure_imported(cluster: Cluster, image: Image) -> None:
-    """Import the image again when containerd no longer lists it. Once in CI a release's Pod
-    found it gone (ErrImageNeverPull) after other tests had shared the cluster; what removed
-    it is not known yet, so each time is written to .devenv/cluster-image-misses-<worker>.txt
-    with what containerd listed instead."""
+    """Import the image once more before a cluster's first install from it. The cluster imports
+    its images while containerd's CRI service may still be starting; twice in CI a Pod then
+    found the image absent (ErrImageNeverPull) although `ctr` listed it. A second import, once
+    the node runs, is seen by the CRI service. An image missing from the listing later is
+    written to .devenv/cluster-image-misses-<worker>.txt and imported again."""
     names = cluster.image_names()
-    if image.ref in names:
+    if cluster.workdir in _REIMPORTED and image.ref in names:
         return
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    misses = REPO_ROOT / ".devenv" / f"cluster-image-misses-{worker}.txt"
-    misses.parent.mkdir(exist_ok=True)
-    with misses.open("a") as out:
-        out.write(f"{datetime.now().isoformat()} {image.ref} missing; listed: {names}\n")
+    if image.ref not in names:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        misses = REPO_ROOT / ".devenv" / f"cluster-image-misses-{worker}.txt"
+        misses.parent.mkdir(exist_ok=True)
+        with misses.open("a") as out:
+            out.write(f"{datetime.now().isoformat()} {image.ref} missing; listed: {names}\n")
     cluster.import_image(image.archive)
+    _REIMPORTED.add(cluster.workdir)
 
 
 @pytest.fixture(scope="session")
