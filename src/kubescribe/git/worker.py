@@ -178,6 +178,10 @@ class BranchWorker:
             raise RuntimeError("branch worker is stopped")
         if isinstance(item, Group | Skipped):
             raise TypeError("groups and skips are made by the intake, not submitted")
+        if self._stopping:
+            # A stop writes what came before it; a stream still feeding it would keep it busy
+            # past its bound. Never written, so never acknowledged: the next owner replays it.
+            return
         self._oldest.setdefault(item.target, item.observed_at)
         self._intake.enter(item)  # author and window rules; then `_enqueue`
 
