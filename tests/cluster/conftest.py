@@ -101,7 +101,9 @@ def ensure_imported(cluster: Cluster, image: Image) -> None:
     """Import the image again before each install from it. The release test pulls the same
     image (same ID) from its registry under another name, and containerd's CRI service then no
     longer finds the side-loaded name: a later Pod failed with ErrImageNeverPull although `ctr`
-    still listed it. An import makes the CRI service index the name again (about a second)."""
+    still listed it. Importing an identical image again sends no event, so the name is dropped
+    first: its removal and new import make the CRI service index it again (about a second)."""
+    cluster.forget_image(image.ref)
     cluster.import_image(image.archive)
 
 

@@ -340,6 +340,10 @@ class Cluster:
         )
         return host
 
+    def forget_image(self, ref: str) -> None:
+        """Drop the name `ref` from containerd (its content stays while anything uses it)."""
+        self._ns_run(*self._ctr(), "images", "rm", ref)
+
     def image_names(self) -> list[str]:
         """The image references containerd (k8s.io namespace) knows."""
         listing = self._ns_run(*self._ctr(), "images", "ls", "-q", check=True).stdout
