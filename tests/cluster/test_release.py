@@ -259,3 +259,18 @@ def test_pulled_installed_from_the_registry_and_mirrors_with_attribution(
     assert commit["author"] == "bob", commit
     assert commit["committer"] != "bob"
     assert data_of(repo, ns, "by-bob") == {"released": "yes"}
+
+
+def test_the_side_loaded_image_still_starts_after_its_pull_by_another_name(
+    published: Published, cluster: Cluster, install: Callable[..., Release]
+) -> None:
+    """The node now holds the released image (same ID) under the registry's name, pulled by the
+    kubelet: an install naming the side-loaded name with `pullPolicy: Never` must still start
+    (it failed with ErrImageNeverPull under the kubelet's default pull-credential checks)."""
+    pulled = f"{published.info['image']['repository']}:{VERSION}"
+    assert pulled in cluster.image_names()  # the test above pulled it
+    rel = install("side-loaded")
+    [pod] = rel.pods()
+    [status] = pod["status"]["containerStatuses"]
+    assert status["ready"], status
+    assert pod["spec"]["containers"][0]["image"] != pulled
