@@ -15,11 +15,11 @@ from typing import Any
 import click
 
 from kubescribe.api.models import CONTROLLER_MANAGERS
-from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY
 from kubescribe.mirror.owned import FULL, Content, keep_owned
 from kubescribe.mirror.sanitize import sanitize
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
+from kubescribe_devenv.controlplane import ControlPlane
 
 METHODS = {
     "create": ("create", "-f", "-"),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from kubescribe.devenv.controlplane import ControlPlane, binaries_dir
+from kubescribe_devenv.controlplane import ControlPlane, binaries_dir
 
 
 @click.command()

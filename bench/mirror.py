@@ -27,13 +27,13 @@ from typing import Any
 import click
 
 from kubescribe.api.crds import render_crds
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote
-from kubescribe.devenv.operator import OperatorProcess, compile_bytecode
-from kubescribe.devenv.redis import RedisServer
 from kubescribe.kube.client import KubeClient
 from kubescribe.mirror.sanitize import sanitize
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import BareRemote
+from kubescribe_devenv.operator import OperatorProcess, compile_bytecode
+from kubescribe_devenv.redis import RedisServer
 
 NS = "bench"
 FOLDER = "mirror"

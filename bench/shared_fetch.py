@@ -22,8 +22,8 @@ from pathlib import Path
 import click
 import pygit2
 
-from kubescribe.devenv.gitremote import BareRemote
 from kubescribe.git.repo import GitRepository
+from kubescribe_devenv.gitremote import BareRemote
 
 _SIG = pygit2.Signature("bench", "bench@example.invalid")
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import click
 
-from kubescribe.devenv.operator import compile_bytecode
+from kubescribe_devenv.operator import compile_bytecode
 
 PYTHON = sys.executable
 _SELF_TIME = re.compile(r"import time:\s+(\d+) \|")

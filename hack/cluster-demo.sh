@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash hack/setup.sh
-exec uv run --frozen python -m kubescribe.devenv.clusterdemo "$@"
+exec uv run --frozen python -m kubescribe_devenv.clusterdemo "$@"

@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash hack/setup.sh --demo
-exec uv run --frozen python -m kubescribe.devenv.demo "$@"
+exec uv run --frozen python -m kubescribe_devenv.demo "$@"

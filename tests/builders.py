@@ -10,11 +10,11 @@ from typing import Any
 
 import yaml
 
-from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.git.targets import Committer, PlainRenderer, TargetConfig
 from kubescribe.mirror.changes import Change, Cursor, Operation, PruneMode, Snapshot, TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.layout import Layout
+from kubescribe_devenv.gitremote import BareRemote, git
 
 CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True)
 SECRETS = ResourceType("", "v1", "secrets", "Secret", True)

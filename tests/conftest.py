@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote
-from kubescribe.devenv.redis import RedisServer
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import BareRemote
+from kubescribe_devenv.redis import RedisServer
 from tests.ci_guard import pytest_runtest_makereport, pytest_terminal_summary
 
 __all__ = ["pytest_runtest_makereport", "pytest_terminal_summary"]  # hooks of this conftest

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from kubescribe.devenv.gitremote import git
+from kubescribe_devenv.gitremote import git
 
 PRINCIPAL = "kubescribe"
 

@@ -10,7 +10,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from kubescribe.devenv.httpgit import HttpsGitServer
+from kubescribe_devenv.httpgit import HttpsGitServer
 
 API = "kubescribe.io/v1alpha1"
 PASSWORD = "correct-horse-battery-staple"  # of the `writer` user of the HTTPS Git server

@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.devenv.operator import OperatorProcess
 from kubescribe.git.targets import TargetConfig, WriteReport
 from kubescribe.git.worker import BranchWorker
 from kubescribe.mirror.changes import Change, Cursor, Snapshot, TargetKey
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import BareRemote, git
+from kubescribe_devenv.operator import OperatorProcess
 from tests.builders import COMMITTER, TARGET
 from tests.manifests import CM_RULE, provider, target, watch_rule
 

@@ -22,16 +22,16 @@ from typing import Any
 import pytest
 import yaml
 
-from kubescribe.devenv.cluster import (
+from kubescribe_devenv.cluster import (
     NODE_IP,
     Cluster,
     ClusterTools,
     cluster_tools,
     missing_requirements,
 )
-from kubescribe.devenv.controlplane import REPO_ROOT
-from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.devenv.sshgit import SshGitServer, sshd_binary
+from kubescribe_devenv.controlplane import REPO_ROOT
+from kubescribe_devenv.gitremote import BareRemote, git
+from kubescribe_devenv.sshgit import SshGitServer, sshd_binary
 from tests.manifests import CM_RULE, cm_path, keypair, provider, secret, target, watch_rule
 from tests.support import manifest, record_figure, wait_for
 

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from kubescribe.api.crds import crd_manifests
-from kubescribe.devenv.cluster import ClusterTools
-from kubescribe.devenv.controlplane import KUBE_VERSION
-from kubescribe.devenv.manifests import CHART, DEPLOY, render_deploy
+from kubescribe_devenv.cluster import ClusterTools
+from kubescribe_devenv.controlplane import KUBE_VERSION
+from kubescribe_devenv.manifests import CHART, DEPLOY, render_deploy
 
 pytestmark = pytest.mark.cluster
 
@@ -47,7 +47,7 @@ def test_helm_lint_passes(tools: ClusterTools) -> None:
 
 def test_plain_manifests_are_rendered_from_the_chart(tools: ClusterTools) -> None:
     assert DEPLOY.read_text() == render_deploy(tools.helm), (
-        "run: uv run python -m kubescribe.devenv.manifests"
+        "run: uv run python -m kubescribe_devenv.manifests"
     )
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from kubescribe.api.crds import crd_manifests, render_crds
-from kubescribe.devenv.cluster import NODE_IP, Cluster
-from kubescribe.devenv.manifests import CHART, render_crd_template
+from kubescribe_devenv.cluster import NODE_IP, Cluster
+from kubescribe_devenv.manifests import CHART, render_crd_template
 from tests.cluster.conftest import NAMESPACE, Image, Release, Repo, record
 from tests.manifests import provider
 from tests.support import wait_condition, wait_for

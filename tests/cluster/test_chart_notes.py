@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubescribe.devenv.cluster import ClusterTools
-from kubescribe.devenv.controlplane import KUBE_VERSION, ControlPlane
-from kubescribe.devenv.manifests import CHART
-from kubescribe.devenv.pki import CertificateAuthority
+from kubescribe_devenv.cluster import ClusterTools
+from kubescribe_devenv.controlplane import KUBE_VERSION, ControlPlane
+from kubescribe_devenv.manifests import CHART
+from kubescribe_devenv.pki import CertificateAuthority
 
 pytestmark = pytest.mark.cluster
 

@@ -9,8 +9,8 @@ import json
 import pytest
 import yaml
 
-from kubescribe.devenv.cluster import ClusterTools
-from kubescribe.devenv.manifests import CHART
+from kubescribe_devenv.cluster import ClusterTools
+from kubescribe_devenv.manifests import CHART
 from tests.cluster.test_chart import render
 from tests.cluster.test_chart_values import objects, one
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubescribe.devenv.cluster import ClusterTools
+from kubescribe_devenv.cluster import ClusterTools
 from tests.cluster.test_chart import render
 from tests.cluster.test_chart_values import objects, pod_spec
 

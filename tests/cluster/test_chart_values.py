@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
-from kubescribe.devenv.cluster import ClusterTools
-from kubescribe.devenv.controlplane import KUBE_VERSION, REPO_ROOT
-from kubescribe.devenv.manifests import CHART
+from kubescribe_devenv.cluster import ClusterTools
+from kubescribe_devenv.controlplane import KUBE_VERSION, REPO_ROOT
+from kubescribe_devenv.manifests import CHART
 from tests.cluster.test_chart import render
 
 pytestmark = pytest.mark.cluster

@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import pytest
 
-from kubescribe.devenv.cluster import Cluster
-from kubescribe.devenv.gitremote import git
+from kubescribe_devenv.cluster import Cluster
+from kubescribe_devenv.gitremote import git
 from tests.cluster.conftest import (
     NAMESPACE,
     Release,

@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import pytest
 
-from kubescribe.devenv.cluster import Cluster
-from kubescribe.devenv.controlplane import REPO_ROOT
+from kubescribe_devenv.cluster import Cluster
+from kubescribe_devenv.controlplane import REPO_ROOT
 from tests.cluster.conftest import (
     NAMESPACE,
     Release,

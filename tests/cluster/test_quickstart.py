@@ -34,9 +34,9 @@ from pathlib import Path
 import pytest
 
 from kubescribe.api.crds import crd_manifests
-from kubescribe.devenv.cluster import NODE_IP, Cluster, ClusterTools
-from kubescribe.devenv.controlplane import REPO_ROOT
-from kubescribe.devenv.sshgit import SshGitServer
+from kubescribe_devenv.cluster import NODE_IP, Cluster, ClusterTools
+from kubescribe_devenv.controlplane import REPO_ROOT
+from kubescribe_devenv.sshgit import SshGitServer
 from tests.cluster.conftest import NAMESPACE, Image, record
 from tests.support import wait_for
 

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
-from kubescribe.devenv.cluster import Cluster, ClusterTools
-from kubescribe.devenv.controlplane import REPO_ROOT
-from kubescribe.devenv.registry import Registry
+from kubescribe_devenv.cluster import Cluster, ClusterTools
+from kubescribe_devenv.controlplane import REPO_ROOT
+from kubescribe_devenv.registry import Registry
 from tests.cluster.conftest import (
     NAMESPACE,
     Release,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from kubescribe.devenv.cluster import Cluster
+from kubescribe_devenv.cluster import Cluster
 from tests.cluster.conftest import (
     NAMESPACE,
     Release,

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from kubescribe.api.crds import render_crds
-from kubescribe.devenv.controlplane import AuditWebhook, ControlPlane, free_port
-from kubescribe.devenv.httpgit import HttpsGitServer, missing_binaries
-from kubescribe.devenv.pki import CertificateAuthority, KeyPair
+from kubescribe_devenv.controlplane import AuditWebhook, ControlPlane, free_port
+from kubescribe_devenv.httpgit import HttpsGitServer, missing_binaries
+from kubescribe_devenv.pki import CertificateAuthority, KeyPair
 from tests.manifests import PASSWORD
 from tests.support import Operator, operators
 

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from kubescribe.api.crds import render_crds
-from kubescribe.devenv.controlplane import ControlPlane, free_port
-from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.devenv.pki import webhook_certs
+from kubescribe_devenv.controlplane import ControlPlane, free_port
+from kubescribe_devenv.gitremote import BareRemote, git
+from kubescribe_devenv.pki import webhook_certs
 from tests.manifests import CM_RULE, provider, target, watch_rule
 from tests.support import (
     Operator,

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.devenv.operator import OperatorProcess
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import BareRemote, git
+from kubescribe_devenv.operator import OperatorProcess
 from tests.manifests import (
     CM_RULE,
     cluster_watch_rule,

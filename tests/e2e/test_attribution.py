@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.devenv.pki import KeyPair
-from kubescribe.devenv.redis import RedisServer
 from kubescribe.mirror.authors import UNRESOLVED
+from kubescribe_devenv.gitremote import BareRemote, git
+from kubescribe_devenv.pki import KeyPair
+from kubescribe_devenv.redis import RedisServer
 from tests.e2e.conftest import MASTERS, Audited
 from tests.manifests import (
     CM_RULE,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import BareRemote
 from tests.manifests import configmap
 from tests.support import (
     Operator,

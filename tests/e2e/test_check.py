@@ -21,10 +21,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from kubescribe.api.crds import render_crds
-from kubescribe.devenv.controlplane import free_port
-from kubescribe.devenv.gitremote import BareRemote
-from kubescribe.devenv.httpgit import HttpsGitServer
-from kubescribe.devenv.redis import RedisServer
+from kubescribe_devenv.controlplane import free_port
+from kubescribe_devenv.gitremote import BareRemote
+from kubescribe_devenv.httpgit import HttpsGitServer
+from kubescribe_devenv.redis import RedisServer
 from tests.e2e.conftest import Audited
 from tests.manifests import CM_RULE, PASSWORD, https_secret, provider, target, watch_rule
 from tests.support import Operator, manifest, wait_condition, wait_for, wait_ready

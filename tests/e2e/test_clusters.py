@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from kubescribe.api.crds import render_crds
-from kubescribe.devenv.controlplane import AuditWebhook, ControlPlane, free_port
-from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.devenv.pki import webhook_certs
+from kubescribe_devenv.controlplane import AuditWebhook, ControlPlane, free_port
+from kubescribe_devenv.gitremote import BareRemote, git
+from kubescribe_devenv.pki import webhook_certs
 from tests.manifests import CM_RULE, provider, secret, target, watch_rule
 from tests.support import Operator, manifest, operators, stays, wait_condition, wait_for
 

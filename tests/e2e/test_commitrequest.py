@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote, git
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import BareRemote, git
 from tests.manifests import (
     CM_RULE,
     cm_path,

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote, git
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import BareRemote, git
 from tests.e2e.content_corpus import CLUSTER_SCOPED, LABEL, NAMESPACED, corpus, crd, group
 from tests.manifests import cluster_watch_rule, cm_path, configmap, provider, target, watch_rule
 from tests.support import Operator, manifest, wait_for, wait_ready

@@ -18,9 +18,9 @@ from kubescribe.controller import desired
 from kubescribe.controller import manager as manager_module
 from kubescribe.controller.desired import Plan
 from kubescribe.controller.manager import Manager, Settings
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote
 from kubescribe.kube.client import KubeClient
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import BareRemote
 from tests.manifests import cm_path, configmap, provider, secret
 from tests.support import Operator, manifest, setup_mirror, wait_condition, wait_for
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote, git
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import BareRemote, git
 from tests.e2e.conftest import Audited
 from tests.manifests import CM_RULE, cm_path, provider, target, watch_rule
 from tests.support import (

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote
 from kubescribe.mirror.layout import file_name
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import BareRemote
 from tests.manifests import (
     CM_RULE,
     cluster_watch_rule,

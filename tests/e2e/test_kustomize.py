@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from kubescribe.devenv import kustomize
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote
 from kubescribe.mirror.owned import Content, keep_owned
 from kubescribe.mirror.sanitize import sanitize
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
+from kubescribe_devenv import kustomize
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import BareRemote
 from tests.manifests import provider, target, watch_rule
 from tests.support import Operator, condition, manifest, metric, wait_condition, wait_for
 

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 import yaml
 
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import BareRemote
 from tests.manifests import CM_RULE, cm_path, configmap, provider, target, watch_rule
 from tests.support import Operator, condition, manifest, setup_mirror, wait_for, wait_ready
 

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import BareRemote
 from tests.manifests import (
     CM_RULE,
     cluster_watch_rule,

@@ -16,9 +16,9 @@ from kubescribe.api import events as ev
 from kubescribe.controller.desired import WorkerKey
 from kubescribe.controller.sharding import rendezvous_owner
 from kubescribe.controller.shards import worker_name
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote
 from kubescribe.net.urls import normalize
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import BareRemote
 from tests.manifests import CM_RULE, cm_path, configmap, secret
 from tests.support import Operator, manifest, setup_mirror, wait_condition, wait_for
 

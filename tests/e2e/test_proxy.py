@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from kubescribe.devenv.controlplane import ControlPlane, free_port
-from kubescribe.devenv.httpgit import HttpsGitServer
-from kubescribe.devenv.proxy import TinyProxy, tinyproxy_binary
+from kubescribe_devenv.controlplane import ControlPlane, free_port
+from kubescribe_devenv.httpgit import HttpsGitServer
+from kubescribe_devenv.proxy import TinyProxy, tinyproxy_binary
 from tests.manifests import CM_RULE, PASSWORD, cm_path, https_secret, provider, target, watch_rule
 from tests.support import Operator, manifest, wait_condition, wait_for
 

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import yaml
 
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.devenv.httpgit import HttpsGitServer
-from kubescribe.devenv.sshgit import SshGitServer, sshd_binary
 from kubescribe.git.signing import SigningKey
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import BareRemote, git
+from kubescribe_devenv.httpgit import HttpsGitServer
+from kubescribe_devenv.sshgit import SshGitServer, sshd_binary
 from tests.gitsig import allowed_signers, git_verify_commit, ssh_keygen_verify
 from tests.manifests import (
     CM_RULE,

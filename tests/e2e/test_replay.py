@@ -18,13 +18,13 @@ import redis.asyncio as aioredis
 from kubescribe.controller.desired import WorkerKey
 from kubescribe.controller.sharding import rendezvous_owner
 from kubescribe.controller.shards import worker_name
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.devenv.redis import DEV_HMAC_KEY, RedisServer
 from kubescribe.net.urls import normalize
 from kubescribe.store.cursors import StreamCursor
 from kubescribe.store.redis_cursors import RedisCursorStore
 from kubescribe.store.redis_options import RedisOptions
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import BareRemote, git
+from kubescribe_devenv.redis import DEV_HMAC_KEY, RedisServer
 from tests.manifests import cm_path, configmap, provider, target, watch_rule
 from tests.support import Operator, manifest, setup_mirror, wait_for
 

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.devenv.redis import RedisServer
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import BareRemote, git
+from kubescribe_devenv.redis import RedisServer
 from tests.manifests import configmap, provider, target, watch_rule
 from tests.support import Operator, manifest, record_figure, wait_for
 

@@ -20,8 +20,6 @@ import pytest
 import yaml
 from cryptography.exceptions import InvalidTag
 
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.secrets import _cipher
 from kubescribe.secrets import sops as sops_module
 from kubescribe.secrets.age import (
@@ -30,6 +28,8 @@ from kubescribe.secrets.age import (
     parse_identities,
     recipient_of,
 )
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import BareRemote, git
 from tests.manifests import CM_RULE, configmap, provider, string_secret, target, watch_rule
 from tests.support import Operator, manifest, wait_condition, wait_for
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import BareRemote
 from tests.manifests import provider, target, watch_rule
 from tests.support import Operator, manifest, wait_for
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import git
 from kubescribe.secrets.age import generate_identity
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import git
 from tests.manifests import configmap, secret
 from tests.support import manifest
 

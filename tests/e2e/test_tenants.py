@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.devenv.httpgit import HttpsGitServer
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import BareRemote, git
+from kubescribe_devenv.httpgit import HttpsGitServer
 from tests.manifests import (
     CM_RULE,
     PASSWORD,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kubescribe.devenv.controlplane import ControlPlane, free_port
+from kubescribe_devenv.controlplane import ControlPlane, free_port
 from tests.support import Operator, wait_for
 
 SECRET = "kubescribe-webhook-certs"

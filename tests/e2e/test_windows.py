@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote
 from kubescribe.mirror.authors import UNRESOLVED
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import BareRemote
 from tests.manifests import CM_RULE, cm_path, configmap, provider, target, watch_rule
 from tests.support import Operator, manifest, metric, stays, wait_for, wait_ready
 

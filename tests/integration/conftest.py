@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kubescribe.devenv.gitremote import BareRemote
 from kubescribe.git.targets import TargetConfig
+from kubescribe_devenv.gitremote import BareRemote
 from tests.builders import target
 from tests.support import WorkerHarness
 

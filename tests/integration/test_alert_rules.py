@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kubescribe.devenv import promtool
-from kubescribe.devenv.controlplane import REPO_ROOT
+from kubescribe_devenv import promtool
+from kubescribe_devenv.controlplane import REPO_ROOT
 
 RULES = REPO_ROOT / "charts" / "kubescribe" / "files" / "prometheus-rules.yaml"
 TESTS = REPO_ROOT / "tests" / "promtool"

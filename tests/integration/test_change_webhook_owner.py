@@ -14,10 +14,10 @@ import pytest
 from kubescribe.controller.owner import ClusterRoleOwner
 from kubescribe.controller.streams import StreamSpec
 from kubescribe.controller.webhooks import ChangeWebhook
-from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.kube.client import KubeClient
 from kubescribe.mirror.changes import TargetKey
 from kubescribe.mirror.identity import ResourceType
+from kubescribe_devenv.controlplane import ControlPlane
 
 pytestmark = pytest.mark.controlplane
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from kubescribe.devenv.controlplane import AuditWebhook, ControlPlane
-from kubescribe.devenv.pki import CertificateAuthority
+from kubescribe_devenv.controlplane import AuditWebhook, ControlPlane
+from kubescribe_devenv.pki import CertificateAuthority
 
 pytestmark = pytest.mark.controlplane
 

@@ -21,7 +21,7 @@ from kubescribe.api.models import (
 )
 
 if TYPE_CHECKING:
-    from kubescribe.devenv.controlplane import ControlPlane
+    from kubescribe_devenv.controlplane import ControlPlane
 
 pytestmark = pytest.mark.controlplane
 

@@ -17,11 +17,11 @@ from kubescribe.attribution.decode import FACT_WRITE, Fact
 from kubescribe.attribution.facts import keyed
 from kubescribe.attribution.requests import RecordedRequestAuthors
 from kubescribe.attribution.resolver import AuditAuthorResolver
-from kubescribe.devenv.controlplane import free_port
-from kubescribe.devenv.redis import DEV_HMAC_KEY, RedisServer
 from kubescribe.mirror.authors import Author, ObjectEvent
 from kubescribe.store.redis import RedisFactStore
 from kubescribe.store.redis_options import RedisOptions
+from kubescribe_devenv.controlplane import free_port
+from kubescribe_devenv.redis import DEV_HMAC_KEY, RedisServer
 
 ALICE = Author("alice", "alice@users.kubescribe.invalid")
 

@@ -18,9 +18,9 @@ import pygit2
 import pytest
 
 from kubescribe.api import conditions as c
-from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.git.repo import _SWEPT, CacheBusy, GitRepository, PushRejected, RemoteError
 from kubescribe.git.tree import edit_tree
+from kubescribe_devenv.gitremote import BareRemote, git
 from tests.builders import path_of, upsert
 from tests.support import WorkerHarness, until
 

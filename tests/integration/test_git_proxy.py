@@ -21,16 +21,16 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from kubescribe.devenv.controlplane import free_port
-from kubescribe.devenv.gitremote import BareRemote
-from kubescribe.devenv.httpgit import HttpsGitServer, missing_binaries
-from kubescribe.devenv.proxy import TinyProxy, tinyproxy_binary
-from kubescribe.devenv.sshgit import SshGitServer, sshd_binary
 from kubescribe.git.probe import probe_remote
 from kubescribe.git.repo import GitRepository, RemoteUnavailable
 from kubescribe.git.transport.callbacks import remote_callbacks
 from kubescribe.git.transport.proxy import ProxySettings
 from kubescribe.git.transport.secret import Credentials
+from kubescribe_devenv.controlplane import free_port
+from kubescribe_devenv.gitremote import BareRemote
+from kubescribe_devenv.httpgit import HttpsGitServer, missing_binaries
+from kubescribe_devenv.proxy import TinyProxy, tinyproxy_binary
+from kubescribe_devenv.sshgit import SshGitServer, sshd_binary
 
 PASSWORD = "proxy-test-password-0123456789"
 TOKEN = "proxy-test-bearer-token-0123456789abcdef"

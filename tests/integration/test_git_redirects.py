@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from kubescribe.devenv.pki import CertificateAuthority
 from kubescribe.git.probe import probe_remote
 from kubescribe.git.repo import GitRepository, RemoteUnavailable
 from kubescribe.git.transport.callbacks import remote_callbacks
 from kubescribe.git.transport.secret import Credentials
+from kubescribe_devenv.pki import CertificateAuthority
 
 TOKEN = "redirect-canary-token-0123456789"
 PASSWORD = "redirect-canary-password"

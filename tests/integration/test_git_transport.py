@@ -16,15 +16,15 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.devenv.httpgit import HttpsGitServer, missing_binaries
-from kubescribe.devenv.pki import CertificateAuthority
-from kubescribe.devenv.sshgit import SshGitServer, sshd_binary
 from kubescribe.git.repo import GitRepository, PushRejected
 from kubescribe.git.transport.callbacks import remote_callbacks
 from kubescribe.git.transport.errors import GitFailure, classify_git_error
 from kubescribe.git.transport.known_hosts import write_host_key_preferences
 from kubescribe.git.transport.secret import Credentials
+from kubescribe_devenv.gitremote import BareRemote, git
+from kubescribe_devenv.httpgit import HttpsGitServer, missing_binaries
+from kubescribe_devenv.pki import CertificateAuthority
+from kubescribe_devenv.sshgit import SshGitServer, sshd_binary
 
 PrivateKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 

@@ -9,7 +9,6 @@ from typing import Any
 import pygit2
 import pytest
 
-from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.git.repo import GitRepository, PushRejected, cache_path
 from kubescribe.git.targets import (
     PlainRenderer,
@@ -22,6 +21,7 @@ from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.layout import Layout
 from kubescribe.mirror.window import WindowPolicy
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
+from kubescribe_devenv.gitremote import BareRemote, git
 from tests.builders import (
     COMMITTER,
     FOLDER,

@@ -10,10 +10,10 @@ from typing import Any
 
 import yaml
 
-from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.git.targets import PlainRenderer
 from kubescribe.mirror.changes import Change, Operation
 from kubescribe.mirror.identity import Identity, ResourceType
+from kubescribe_devenv.gitremote import BareRemote, git
 from tests.builders import (
     cursor,
     delete,

@@ -15,10 +15,10 @@ import structlog
 import yaml
 
 from kubescribe import metrics
-from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.git.repack import PACK_LIMIT, pack_count
 from kubescribe.git.repo import cache_path
 from kubescribe.git.writer import Writer
+from kubescribe_devenv.gitremote import BareRemote, git
 from tests.builders import COMMITTER, path_of, read_doc, target, upsert
 from tests.support import WorkerHarness, until
 

@@ -12,10 +12,10 @@ import yaml
 
 from kubescribe.api.conditions import REENCRYPT_FAILED
 from kubescribe.controller.encryption import SopsRenderer
-from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.mirror.changes import Operation, PruneMode
 from kubescribe.secrets.age import generate_identity
 from kubescribe.secrets.sops import NoMatchingKeyError, decrypt_document, inspect_document
+from kubescribe_devenv.gitremote import BareRemote, git
 from tests.builders import FOLDER, SECRETS, delete, ident, path_of, target, upsert
 from tests.support import WorkerHarness, until
 

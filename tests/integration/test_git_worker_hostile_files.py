@@ -8,10 +8,10 @@ from collections.abc import Callable
 import yaml
 
 from kubescribe import metrics
-from kubescribe.devenv.gitremote import BareRemote
 from kubescribe.mirror import boundedyaml
 from kubescribe.mirror.changes import Operation
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
+from kubescribe_devenv.gitremote import BareRemote
 from tests.builders import FOLDER, TARGET, document, path_of, read_doc, upsert
 from tests.support import WorkerHarness
 

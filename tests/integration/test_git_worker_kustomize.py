@@ -12,12 +12,12 @@ import pytest
 import yaml
 
 from kubescribe.api.conditions import KUSTOMIZE_UNSUPPORTED, RENDER_MISMATCH
-from kubescribe.devenv import kustomize
-from kubescribe.devenv.gitremote import BareRemote
 from kubescribe.git.targets import KustomizeConfig
 from kubescribe.mirror.changes import Change, Operation, PruneMode
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
+from kubescribe_devenv import kustomize
+from kubescribe_devenv.gitremote import BareRemote
 from tests.builders import CONFIGMAPS, TARGET, cursor, snapshot, target
 from tests.support import WorkerHarness
 

@@ -16,12 +16,12 @@ import pytest
 from pygit2.enums import ObjectType
 
 from kubescribe.api.conditions import KUSTOMIZE_UNSUPPORTED
-from kubescribe.devenv import kustomize
-from kubescribe.devenv.gitremote import BareRemote
 from kubescribe.git import sandbox
 from kubescribe.git.targets import KustomizeConfig, TargetConfig
 from kubescribe.mirror.changes import Change, Operation, PruneMode, TargetKey
 from kubescribe.mirror.identity import Identity
+from kubescribe_devenv import kustomize
+from kubescribe_devenv.gitremote import BareRemote
 from tests.builders import CONFIGMAPS, TARGET, cursor, target
 from tests.support import WorkerHarness
 

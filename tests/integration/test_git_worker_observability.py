@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 from kubescribe import metrics
 from kubescribe.api import events as ev
-from kubescribe.devenv.gitremote import BareRemote
 from kubescribe.mirror.changes import TargetKey
 from kubescribe.net.urls import normalize
+from kubescribe_devenv.gitremote import BareRemote
 from tests.builders import TARGET, target, upsert
 from tests.support import WorkerHarness, until
 

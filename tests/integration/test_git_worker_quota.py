@@ -12,8 +12,6 @@ import pygit2
 import pytest
 
 from kubescribe import metrics
-from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.devenv.httpgit import HttpsGitServer, missing_binaries
 from kubescribe.git import repack as repack_module
 from kubescribe.git.cachequota import NamespaceCache, folder_size
 from kubescribe.git.pack import PackTooLarge, write_objects
@@ -21,6 +19,8 @@ from kubescribe.git.repack import tidy
 from kubescribe.git.repo import GitRepository, TransferTooLarge, cache_path
 from kubescribe.git.transport.callbacks import remote_callbacks
 from kubescribe.git.transport.secret import Credentials
+from kubescribe_devenv.gitremote import BareRemote, git
+from kubescribe_devenv.httpgit import HttpsGitServer, missing_binaries
 from tests.builders import path_of, target, upsert
 from tests.support import WorkerHarness, commit_noise, until
 

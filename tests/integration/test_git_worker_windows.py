@@ -13,7 +13,6 @@ import pytest
 
 from kubescribe import metrics
 from kubescribe.api.conditions import NOTHING_TO_COMMIT, PUSHED, TARGET_NOT_WRITABLE, WORKER_STOPPED
-from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.git.intake import RequestOutcome
 from kubescribe.git.targets import PlainRenderer, RefusedContent, TargetConfig
 from kubescribe.git.worker import BranchWorker
@@ -23,6 +22,7 @@ from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.ignore import IgnoreRule
 from kubescribe.mirror.layout import Layout
 from kubescribe.mirror.window import WindowPolicy
+from kubescribe_devenv.gitremote import BareRemote, git
 from tests.builders import (
     COMMITTER,
     FOLDER,

@@ -12,11 +12,11 @@ from urllib.parse import urlsplit
 import pytest
 
 from kubescribe import metrics
-from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.kube import backlog
 from kubescribe.kube.client import KubeClient
 from kubescribe.kube.informer import Informer, ObjectKey, as_is
 from kubescribe.mirror.identity import ResourceType
+from kubescribe_devenv.controlplane import ControlPlane
 from tests.support import wait_for
 
 pytestmark = pytest.mark.controlplane

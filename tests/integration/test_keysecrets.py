@@ -14,8 +14,8 @@ from kubescribe.controller.keysecrets import (
     write_generated,
 )
 from kubescribe.controller.ownership import MANAGED_BY, created_by_kubescribe
-from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.kube.client import KubeClient
+from kubescribe_devenv.controlplane import ControlPlane
 
 pytestmark = pytest.mark.controlplane
 

@@ -18,10 +18,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.kube import config
 from kubescribe.kube.client import KubeClient
 from kubescribe.kube.credentials import ExecPlugin
+from kubescribe_devenv.controlplane import ControlPlane
 from tests.support import wait_for
 
 PLUGIN = """import json, sys

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from kubescribe.api.crds import crd_manifests, render_crds
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.manifests import DEPLOY
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.manifests import DEPLOY
 
 pytestmark = pytest.mark.controlplane
 

@@ -19,12 +19,12 @@ from kubescribe import metrics
 from kubescribe.attribution.decode import FACT_WRITE, Fact
 from kubescribe.attribution.facts import keyed, to_record, version_key
 from kubescribe.attribution.resolver import AuditAuthorResolver
-from kubescribe.devenv.pki import CertificateAuthority
-from kubescribe.devenv.redis import DEV_HMAC_KEY, RedisServer, RedisTls
 from kubescribe.mirror.authors import Author, ObjectEvent
 from kubescribe.store.redis import RedisFactStore
 from kubescribe.store.redis_cursors import RedisCursorStore
 from kubescribe.store.redis_options import RedisOptions
+from kubescribe_devenv.pki import CertificateAuthority
+from kubescribe_devenv.redis import DEV_HMAC_KEY, RedisServer, RedisTls
 
 ALICE = Author("alice", "alice@users.kubescribe.invalid")
 MALLORY = Author("cluster-admin", "admin@users.kubescribe.invalid", "audit")

@@ -9,8 +9,8 @@ import pytest
 
 from kubescribe.controller.desired import ReadQuestion
 from kubescribe.controller.tenantreads import TenantReadReviews
-from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.kube.client import KubeClient
+from kubescribe_devenv.controlplane import ControlPlane
 
 pytestmark = pytest.mark.controlplane
 

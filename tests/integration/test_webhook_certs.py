@@ -15,8 +15,8 @@ import pytest
 from kubescribe import metrics
 from kubescribe.controller.certrotation import Policy
 from kubescribe.controller.webhookcerts import CertificateOptions, WebhookCertificates
-from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.kube.client import KubeClient
+from kubescribe_devenv.controlplane import ControlPlane
 
 pytestmark = pytest.mark.controlplane
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from kubescribe import metrics
-from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.devenv.sshgit import SshGitServer, sshd_binary
 from kubescribe.git.repo import GitRepository, MissingSigner, RemoteUnavailable
 from kubescribe.git.signing import SigningKey
 from kubescribe.git.transport.callbacks import remote_callbacks
 from kubescribe.git.transport.errors import GitFailure
 from kubescribe.git.transport.secret import Credentials
+from kubescribe_devenv.gitremote import BareRemote, git
+from kubescribe_devenv.sshgit import SshGitServer, sshd_binary
 from tests.builders import path_of, target, upsert
 from tests.gitsig import allowed_signers, git_verify_commit, ssh_keygen_verify
 from tests.manifests import keypair

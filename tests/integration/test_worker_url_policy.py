@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from kubescribe.devenv.httpgit import HttpsGitServer, missing_binaries
 from kubescribe.git.transport.callbacks import remote_callbacks
 from kubescribe.git.transport.secret import Credentials
 from kubescribe.net.addresses import NetworkPolicy, set_network_policy
+from kubescribe_devenv.httpgit import HttpsGitServer, missing_binaries
 from tests.builders import path_of, target, upsert
 from tests.support import WorkerHarness, until
 

@@ -10,10 +10,10 @@ import yaml
 
 from kubescribe.api.crds import crd_manifests
 from kubescribe.api.models import KINDS
-from kubescribe.devenv import chartdoc
-from kubescribe.devenv.manifests import CHART_CRDS, render_crd_template
+from kubescribe_devenv import chartdoc
+from kubescribe_devenv.manifests import CHART_CRDS, render_crd_template
 
-STALE = "run: uv run python -m kubescribe.devenv.manifests"
+STALE = "run: uv run python -m kubescribe_devenv.manifests"
 
 
 def test_chart_crds_are_current() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from kubescribe.api import conditions as c
-from kubescribe.devenv.apidoc import README
+from kubescribe_devenv.apidoc import README
 
 
 def _table() -> list[list[str]]:

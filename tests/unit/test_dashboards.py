@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from kubescribe import metrics
-from kubescribe.devenv.manifests import COPIES
+from kubescribe_devenv.manifests import COPIES
 from tests.unit.test_doc_links import anchors
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,7 +124,7 @@ def test_every_alert_has_a_runbook_in_the_readme_and_a_promtool_test() -> None:
 def test_deploy_holds_the_charts_rules_and_dashboard() -> None:
     for source, copy in COPIES.items():
         assert copy.read_bytes() == source.read_bytes(), (
-            f"{copy.relative_to(ROOT)} is stale: run `uv run python -m kubescribe.devenv.manifests`"
+            f"{copy.relative_to(ROOT)} is stale: run `uv run python -m kubescribe_devenv.manifests`"
         )
 
 

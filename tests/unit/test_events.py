@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from kubescribe.api import events as ev
-from kubescribe.devenv.apidoc import README
+from kubescribe_devenv.apidoc import README
 
 
 def test_the_readme_explains_every_event_reason() -> None:

@@ -14,7 +14,6 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from pygit2.enums import CredentialType
 
-from kubescribe.devenv.pki import CertificateAuthority
 from kubescribe.git.transport.callbacks import remote_callbacks
 from kubescribe.git.transport.errors import (
     GitFailure,
@@ -25,6 +24,7 @@ from kubescribe.git.transport.errors import (
 )
 from kubescribe.git.transport.known_hosts import check_host_key, parse_known_hosts
 from kubescribe.git.transport.secret import TOKEN_USERNAME, Credentials
+from kubescribe_devenv.pki import CertificateAuthority
 
 
 def _ed25519() -> tuple[bytes, str, bytes]:

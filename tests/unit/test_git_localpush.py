@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pygit2
 
-from kubescribe.devenv.gitremote import git
 from kubescribe.git.localpush import compare_and_swap, missing_objects, send_objects
 from kubescribe.git.tree import edit_tree
+from kubescribe_devenv.gitremote import git
 
 _SIG = pygit2.Signature("k", "k@example.invalid")
 

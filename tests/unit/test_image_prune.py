@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from kubescribe.devenv.controlplane import REPO_ROOT
+from kubescribe_devenv.controlplane import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "hack" / "image" / "prune.py"
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from kubescribe.devenv.pki import CertificateAuthority
 from kubescribe.kube import config as kube_config
 from kubescribe.kube.config import (
     ConfigError,
@@ -22,6 +21,7 @@ from kubescribe.kube.config import (
     resolve,
 )
 from kubescribe.kube.credentials import ExecPlugin, TokenFile
+from kubescribe_devenv.pki import CertificateAuthority
 
 
 def kubeconfig(

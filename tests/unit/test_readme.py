@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from kubescribe.devenv.apidoc import README, updated
+from kubescribe_devenv.apidoc import README, updated
 
 
 def test_field_reference_is_current() -> None:
     text = README.read_text()
-    assert updated(text) == text, "run: uv run python -m kubescribe.devenv.apidoc"
+    assert updated(text) == text, "run: uv run python -m kubescribe_devenv.apidoc"
 
 
 def test_readme_starts_with_the_two_setup_commands() -> None:

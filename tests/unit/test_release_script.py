@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kubescribe.devenv.controlplane import REPO_ROOT
+from kubescribe_devenv.controlplane import REPO_ROOT
 
 CHANGELOG = "# Changelog\n\n## Unreleased\n\n- next\n\n## 0.2.0 — 2026-12-01\n\n- a feature\n"
 

@@ -10,7 +10,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubescribe.devenv.controlplane import REPO_ROOT
+from kubescribe_devenv.controlplane import REPO_ROOT
 
 STEPS = (
     "build-controlplane.sh",
@@ -77,7 +77,7 @@ def test_the_demo_builds_the_control_plane_and_nothing_else(tmp_path: Path) -> N
     demo = run(tmp_path, "demo.sh")
     assert demo.steps == ["build-controlplane.sh"]
     assert demo.packages == {"git"}  # no Redis, SSH, nginx, container runtime or image tools
-    assert demo.uv[-1] == "run --frozen python -m kubescribe.devenv.demo"
+    assert demo.uv[-1] == "run --frozen python -m kubescribe_devenv.demo"
 
 
 def test_the_test_command_set_up_builds_everything(tmp_path: Path) -> None:

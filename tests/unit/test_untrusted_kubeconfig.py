@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from kubescribe.devenv.pki import CertificateAuthority
 from kubescribe.kube.config import (
     KubeconfigRefused,
     ServerAddressRefused,
     from_untrusted_kubeconfig,
 )
 from kubescribe.net.addresses import NetworkPolicy, set_network_policy
+from kubescribe_devenv.pki import CertificateAuthority
 
 CA = CertificateAuthority("remote-ca")
 USER = CA.issue("kubescribe", client=True)

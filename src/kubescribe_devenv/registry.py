@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from kubescribe.devenv.controlplane import REPO_ROOT, free_port
+from kubescribe_devenv.controlplane import REPO_ROOT, free_port
 
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-registry.sh"
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from kubescribe.devenv.controlplane import free_port
+from kubescribe_devenv.controlplane import free_port
 
 _REQUEST = re.compile(r"Request \(file descriptor \d+\): (\S+) (\S+) HTTP/")
 

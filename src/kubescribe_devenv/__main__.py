@@ -1,4 +1,4 @@
-"""`python -m kubescribe.devenv up|down|status`: the test control plane outside pytest.
+"""`python -m kubescribe_devenv up|down|status`: the test control plane outside pytest.
 
 `up` starts etcd + kube-apiserver (and a bare Git remote) under `.devenv/` and returns, leaving
 them running; `down` stops them (kube-apiserver first, then etcd).
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import click
 
-from kubescribe.devenv.controlplane import ControlPlane
-from kubescribe.devenv.gitremote import BareRemote
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import BareRemote
 
 STATE = "state.json"
 

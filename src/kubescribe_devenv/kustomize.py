@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from kubescribe.devenv.controlplane import REPO_ROOT
+from kubescribe_devenv.controlplane import REPO_ROOT
 
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-kustomize.sh"
 

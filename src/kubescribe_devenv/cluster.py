@@ -35,14 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from kubescribe.devenv.controlplane import (
+from kubescribe_devenv.controlplane import (
     KUBE_VERSION,
     REPO_ROOT,
     binaries_dir,
     kubeconfig_yaml,
     run_tool,
 )
-from kubescribe.devenv.pki import CertificateAuthority, KeyPair, rsa_key_pair
+from kubescribe_devenv.pki import CertificateAuthority, KeyPair, rsa_key_pair
 
 HELM_VERSION = "v3.22.0"
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-cluster.sh"

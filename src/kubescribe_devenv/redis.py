@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kubescribe.devenv.controlplane import free_port
+from kubescribe_devenv.controlplane import free_port
 
 # The Redis entry-signing key of operators started by the dev tools (never for a real install).
 DEV_HMAC_KEY = "kubescribe-devenv-redis-hmac-key-not-secret"

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from kubescribe.devenv.controlplane import free_port
-from kubescribe.devenv.gitremote import BareRemote
+from kubescribe_devenv.controlplane import free_port
+from kubescribe_devenv.gitremote import BareRemote
 
 # Debian keeps sshd outside an unprivileged PATH; sshd must be started by absolute path.
 _SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd")

@@ -22,16 +22,16 @@ import click
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from kubescribe.devenv.cluster import (
+from kubescribe_devenv.cluster import (
     NODE_IP,
     Cluster,
     ClusterTools,
     cluster_tools,
     missing_requirements,
 )
-from kubescribe.devenv.controlplane import REPO_ROOT
-from kubescribe.devenv.gitremote import git
-from kubescribe.devenv.sshgit import SshGitServer
+from kubescribe_devenv.controlplane import REPO_ROOT
+from kubescribe_devenv.gitremote import git
+from kubescribe_devenv.sshgit import SshGitServer
 
 NS = "demo"
 RELEASE = "kubescribe"

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from kubescribe.devenv.pki import CertificateAuthority, KeyPair, rsa_key_pair
+from kubescribe_devenv.pki import CertificateAuthority, KeyPair, rsa_key_pair
 
 KUBE_VERSION = "v1.37.2"
 ETCD_VERSION = "v3.6.16"
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-controlplane.sh"
 
 DEFAULT_AUDIT_POLICY = """\

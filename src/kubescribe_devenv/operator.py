@@ -11,11 +11,12 @@ import time
 import urllib.request
 from pathlib import Path
 
-from kubescribe.devenv.controlplane import free_port
-from kubescribe.devenv.redis import DEV_HMAC_KEY
+import kubescribe
 from kubescribe.store.redis_options import HMAC_KEY_ENV
+from kubescribe_devenv.controlplane import free_port
+from kubescribe_devenv.redis import DEV_HMAC_KEY
 
-PACKAGE = Path(__file__).resolve().parents[1]
+PACKAGE = Path(kubescribe.__file__).resolve().parent
 
 
 def compile_bytecode() -> None:

@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from kubescribe.devenv.controlplane import REPO_ROOT
+from kubescribe_devenv.controlplane import REPO_ROOT
 
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-promtool.sh"
 

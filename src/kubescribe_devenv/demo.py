@@ -14,10 +14,10 @@ from pathlib import Path
 import click
 
 from kubescribe.api.crds import render_crds
-from kubescribe.devenv.controlplane import AuditWebhook, ControlPlane, free_port
-from kubescribe.devenv.gitremote import BareRemote, git
-from kubescribe.devenv.operator import OperatorProcess
-from kubescribe.devenv.pki import webhook_certs
+from kubescribe_devenv.controlplane import AuditWebhook, ControlPlane, free_port
+from kubescribe_devenv.gitremote import BareRemote, git
+from kubescribe_devenv.operator import OperatorProcess
+from kubescribe_devenv.pki import webhook_certs
 
 NS = "demo"
 

@@ -1,6 +1,6 @@
 """The chart's generated parts: its CRD template and the plain manifests in deploy/.
 
-    uv run python -m kubescribe.devenv.manifests     # rewrite them after a change
+    uv run python -m kubescribe_devenv.manifests     # rewrite them after a change
 
 `charts/kubescribe/templates/crds.yaml` is `kubescribe crds` as a template: behind
 `crds.enabled`, with `helm.sh/resource-policy: keep` under `crds.keep`, so that `helm upgrade`
@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from kubescribe.api.crds import crd_manifests
-from kubescribe.devenv.controlplane import KUBE_VERSION, REPO_ROOT
+from kubescribe_devenv.controlplane import KUBE_VERSION, REPO_ROOT
 
 CHART = REPO_ROOT / "charts" / "kubescribe"
 CHART_CRDS = CHART / "templates" / "crds.yaml"
@@ -41,7 +41,7 @@ _HEADER = f"""\
 # kubescribe: plain manifests for `kubectl apply --server-side -f deploy/kubescribe.yaml`.
 # Generated from charts/kubescribe with its default values (`helm template {RELEASE}
 # charts/kubescribe -n {NAMESPACE} --kube-version {KUBE_VERSION}`); do not edit: run
-# `uv run python -m kubescribe.devenv.manifests`. Set the image to the one you built from the
+# `uv run python -m kubescribe_devenv.manifests`. Set the image to the one you built from the
 # Dockerfile, and bind the Secrets role in the namespaces of your GitProviders (the chart's
 # rbac.secretNamespaces); the chart has every other option.
 apiVersion: v1
@@ -54,7 +54,7 @@ metadata:
 _CRD_TEMPLATE_HEADER = """\
 {{/*
 The CRDs, generated from the API models (`kubescribe crds`): do not edit, run
-`uv run python -m kubescribe.devenv.manifests`. Templates, not crds/, so that `helm upgrade`
+`uv run python -m kubescribe_devenv.manifests`. Templates, not crds/, so that `helm upgrade`
 upgrades them; crds.keep leaves them (and every object of their kinds) on `helm uninstall`.
 */}}
 {{- if .Values.crds.enabled }}
@@ -103,8 +103,8 @@ def render_deploy(helm: Path) -> str:
 
 
 def main() -> None:
-    from kubescribe.devenv import chartdoc  # noqa: PLC0415
-    from kubescribe.devenv.cluster import cluster_tools  # noqa: PLC0415 - builds helm if missing
+    from kubescribe_devenv import chartdoc  # noqa: PLC0415
+    from kubescribe_devenv.cluster import cluster_tools  # noqa: PLC0415 - builds helm if missing
 
     CHART_CRDS.write_text(render_crd_template())
     chartdoc.main()  # the chart's README and Artifact Hub annotations

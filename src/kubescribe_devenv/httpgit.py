@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from kubescribe.devenv.controlplane import free_port
-from kubescribe.devenv.gitremote import BareRemote
-from kubescribe.devenv.pki import CertificateAuthority
+from kubescribe_devenv.controlplane import free_port
+from kubescribe_devenv.gitremote import BareRemote
+from kubescribe_devenv.pki import CertificateAuthority
 
 _GIT_WRAPPER = """#!/bin/sh
 # Read-only users may fetch but not push.
