@@ -51,6 +51,7 @@ needs_age = pytest.mark.skipif(AGE is None, reason="Debian `age` not installed (
 
 NOW = datetime(2026, 3, 4, 5, 6, 7, 890000, tzinfo=UTC)
 LATER = NOW + timedelta(hours=1)
+PYTHON_RULE = CryptRule()  # the default rule (Kubernetes Secret fields)
 KEY = bytes(range(32))  # the data key a caller owns (the renderer derives its own)
 RULES = {
     "k8s-regex": CryptRule(),
@@ -174,6 +175,39 @@ def leaves(tree: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...],
 
 def is_enc(value: Any) -> bool:
     return isinstance(value, str) and value.startswith("ENC[AES256_GCM,")
+
+
+def encrypt_fresh(
+    doc: dict[str, Any],
+    recipients: list[str],
+    *,
+    rule: CryptRule = PYTHON_RULE,
+    now: datetime = NOW,
+) -> bytes:
+    """`doc` encrypted with no previous file (new IVs), under the caller's data key."""
+    return encrypt_document(doc, recipients, rule=rule, now=now, own_keys=[KEY])
+
+
+def encrypt_again(
+    doc: dict[str, Any],
+    recipients: list[str],
+    previous: bytes | None,
+    identity: str,
+    *,
+    rule: CryptRule = PYTHON_RULE,
+    now: datetime = LATER,
+) -> bytes:
+    """`doc` encrypted as the writer does on a change: over the `previous` file, which
+    `identity` may open, so that unchanged values keep their ciphertexts."""
+    return encrypt_document(
+        doc,
+        recipients,
+        rule=rule,
+        now=now,
+        own_keys=[KEY],
+        previous=previous,
+        identities=[identity],
+    )
 
 
 def changed_lines(a: bytes, b: bytes) -> list[str]:
@@ -598,18 +632,10 @@ def test_plain_value_where_ciphertext_is_expected(alice: tuple[str, str]) -> Non
 
 
 def test_unchanged_document_gives_identical_bytes(alice: tuple[str, str]) -> None:
-    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
-    again = encrypt_document(
-        secret_doc(),
-        [alice[1]],
-        rule=CryptRule(),
-        now=LATER,
-        own_keys=[KEY],
-        previous=first,
-        identities=[alice[0]],
-    )
+    first = encrypt_fresh(secret_doc(), [alice[1]])
+    again = encrypt_again(secret_doc(), [alice[1]], first, alice[0])
     assert again == first
-    fresh = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
+    fresh = encrypt_fresh(secret_doc(), [alice[1]])
     assert fresh != first  # new IVs without a previous file
 
 
@@ -617,74 +643,34 @@ def test_unchanged_document_gives_identical_bytes(alice: tuple[str, str]) -> Non
 def test_one_changed_value_changes_only_its_ciphertext(
     tmp_path: Path, alice: tuple[str, str]
 ) -> None:
-    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
+    first = encrypt_fresh(secret_doc(), [alice[1]])
     doc = secret_doc()
     doc["data"]["password"] = "c2VjcmV0"
-    second = encrypt_document(
-        doc,
-        [alice[1]],
-        rule=CryptRule(),
-        now=LATER,
-        own_keys=[KEY],
-        previous=first,
-        identities=[alice[0]],
-    )
+    second = encrypt_again(doc, [alice[1]], first, alice[0])
     assert changed_lines(first, second) == ["password", "lastmodified", "mac"]
     assert_json_equal(json.loads(sops_decrypt(second, alice[0], tmp_path, "json")), doc)
     doc["metadata"]["labels"]["tier"] = "no"  # unencrypted change: all ciphertexts stay
-    third = encrypt_document(
-        doc,
-        [alice[1]],
-        rule=CryptRule(),
-        now=NOW,
-        own_keys=[KEY],
-        previous=second,
-        identities=[alice[0]],
-    )
+    third = encrypt_again(doc, [alice[1]], second, alice[0], now=NOW)
     assert changed_lines(second, third) == ["tier", "lastmodified", "mac"]
     assert decrypt_document(third, [alice[0]]) == doc
 
 
 def test_type_change_is_a_change(alice: tuple[str, str]) -> None:
-    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
+    first = encrypt_fresh(secret_doc(), [alice[1]])
     doc = secret_doc()
     doc["stringData"]["count"] = "3"
-    second = encrypt_document(
-        doc,
-        [alice[1]],
-        rule=CryptRule(),
-        now=LATER,
-        own_keys=[KEY],
-        previous=first,
-        identities=[alice[0]],
-    )
+    second = encrypt_again(doc, [alice[1]], first, alice[0])
     assert changed_lines(first, second) == ["count", "lastmodified", "mac"]
     assert decrypt_document(second, [alice[0]])["stringData"]["count"] == "3"
 
 
 def test_duplicate_list_values_keep_their_ciphertexts(alice: tuple[str, str]) -> None:
     doc = {"stringData": {"l": ["same", "same", "other", "same"]}, "x": 1}
-    first = encrypt_document(doc, [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
-    second = encrypt_document(
-        {**doc, "x": 2},
-        [alice[1]],
-        rule=CryptRule(),
-        now=LATER,
-        own_keys=[KEY],
-        previous=first,
-        identities=[alice[0]],
-    )
+    first = encrypt_fresh(doc, [alice[1]])
+    second = encrypt_again({**doc, "x": 2}, [alice[1]], first, alice[0])
     assert changed_lines(first, second) == ["x", "lastmodified", "mac"]
     doc3 = {"stringData": {"l": ["same", "same", "other", "same", "same"]}, "x": 2}
-    third = encrypt_document(
-        doc3,
-        [alice[1]],
-        rule=CryptRule(),
-        now=LATER,
-        own_keys=[KEY],
-        previous=second,
-        identities=[alice[0]],
-    )
+    third = encrypt_again(doc3, [alice[1]], second, alice[0])
     assert third.splitlines()[:5] == second.splitlines()[:5]
     assert decrypt_document(third, [alice[0]]) == doc3
 
@@ -693,16 +679,8 @@ def test_duplicate_list_values_keep_their_ciphertexts(alice: tuple[str, str]) ->
 def test_recipient_added_and_removed(
     tmp_path: Path, alice: tuple[str, str], bob: tuple[str, str]
 ) -> None:
-    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
-    both = encrypt_document(
-        secret_doc(),
-        [alice[1], bob[1]],
-        rule=CryptRule(),
-        now=LATER,
-        own_keys=[KEY],
-        previous=first,
-        identities=[alice[0]],
-    )
+    first = encrypt_fresh(secret_doc(), [alice[1]])
+    both = encrypt_again(secret_doc(), [alice[1], bob[1]], first, alice[0])
     before, after = yaml.safe_load(first), yaml.safe_load(both)
     for key in ("data", "stringData", "metadata"):
         assert after[key] == before[key]  # every ciphertext kept byte for byte
@@ -711,15 +689,7 @@ def test_recipient_added_and_removed(
     assert decrypt_document(both, [bob[0]]) == secret_doc()
     assert_json_equal(json.loads(sops_decrypt(both, bob[0], tmp_path, "json")), secret_doc())
 
-    only_bob = encrypt_document(
-        secret_doc(),
-        [bob[1]],
-        rule=CryptRule(),
-        now=LATER,
-        own_keys=[KEY],
-        previous=both,
-        identities=[bob[0]],
-    )
+    only_bob = encrypt_again(secret_doc(), [bob[1]], both, bob[0])
     assert yaml.safe_load(only_bob)["sops"]["age"] == [after["sops"]["age"][1]]
     with pytest.raises(NoMatchingKeyError):
         decrypt_document(only_bob, [alice[0]])
@@ -727,16 +697,8 @@ def test_recipient_added_and_removed(
 
 
 def test_rule_change_reencrypts(alice: tuple[str, str]) -> None:
-    first = encrypt_document(secret_doc(), [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
-    second = encrypt_document(
-        secret_doc(),
-        [alice[1]],
-        rule=SOPS_DEFAULT_RULE,
-        now=LATER,
-        own_keys=[KEY],
-        previous=first,
-        identities=[alice[0]],
-    )
+    first = encrypt_fresh(secret_doc(), [alice[1]])
+    second = encrypt_again(secret_doc(), [alice[1]], first, alice[0], rule=SOPS_DEFAULT_RULE)
     a, b = yaml.safe_load(first), yaml.safe_load(second)
     assert b["data"]["password"] == a["data"]["password"]  # same key, AD and plaintext
     assert is_enc(b["metadata"]["name"])
@@ -745,31 +707,15 @@ def test_rule_change_reencrypts(alice: tuple[str, str]) -> None:
 
 @pytest.mark.parametrize("previous", [b"not: [yaml", b"x: 1\n", None])
 def test_unreadable_previous_encrypts_fresh(previous: bytes | None, alice: tuple[str, str]) -> None:
-    out = encrypt_document(
-        secret_doc(),
-        [alice[1]],
-        rule=CryptRule(),
-        now=NOW,
-        own_keys=[KEY],
-        previous=previous,
-        identities=[alice[0]],
-    )
+    out = encrypt_again(secret_doc(), [alice[1]], previous, alice[0], now=NOW)
     assert decrypt_document(out, [alice[0]]) == secret_doc()
 
 
 def test_previous_for_another_identity_encrypts_fresh(
     alice: tuple[str, str], bob: tuple[str, str]
 ) -> None:
-    first = encrypt_document(secret_doc(), [bob[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
-    out = encrypt_document(
-        secret_doc(),
-        [bob[1]],
-        rule=CryptRule(),
-        now=NOW,
-        own_keys=[KEY],
-        previous=first,
-        identities=[alice[0]],
-    )
+    first = encrypt_fresh(secret_doc(), [bob[1]])
+    out = encrypt_again(secret_doc(), [bob[1]], first, alice[0], now=NOW)
     assert out != first
     assert yaml.safe_load(out)["data"]["password"] != yaml.safe_load(first)["data"]["password"]
     assert decrypt_document(out, [bob[0]]) == secret_doc()
@@ -818,15 +764,7 @@ def test_a_file_under_a_key_the_caller_did_not_choose_lends_nothing(
     )
     their_key = sops_module._open(theirs, [x25519.Identity.from_str(alice[0])]).key
     assert opened_by(theirs, their_key)
-    out = encrypt_document(
-        secret_doc(),
-        [alice[1]],
-        rule=CryptRule(),
-        now=NOW,
-        own_keys=[KEY],
-        previous=theirs,
-        identities=[alice[0]],
-    )
+    out = encrypt_again(secret_doc(), [alice[1]], theirs, alice[0], now=NOW)
     assert out != theirs  # same plaintext, yet not kept: keeping it would confirm a guess
     assert opened_by(out, their_key) == []
     assert yaml.safe_load(out)["sops"]["age"][0] != yaml.safe_load(theirs)["sops"]["age"][0]
@@ -993,17 +931,9 @@ def secret_docs(draw: st.DrawFn) -> dict[str, Any]:
 @settings(max_examples=150, deadline=None)
 @given(doc=secret_docs())
 def test_property_python_round_trip(doc: dict[str, Any], alice: tuple[str, str]) -> None:
-    out = encrypt_document(doc, [alice[1]], rule=CryptRule(), now=NOW, own_keys=[KEY])
+    out = encrypt_fresh(doc, [alice[1]])
     assert typed(decrypt_document(out, [alice[0]])) == typed(doc)
-    again = encrypt_document(
-        doc,
-        [alice[1]],
-        rule=CryptRule(),
-        now=LATER,
-        own_keys=[KEY],
-        previous=out,
-        identities=[alice[0]],
-    )
+    again = encrypt_again(doc, [alice[1]], out, alice[0])
     assert again == out
 
 
