@@ -11,6 +11,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,50 @@ def ssh_secret(name: str, ns: str, private_key: str, known_hosts: str | None) ->
     if known_hosts is not None:
         data["known_hosts"] = known_hosts
     return secret(name, ns, data)
+
+
+@dataclass(frozen=True)
+class Access:
+    """A new repository on one transport, and Secrets `git-creds` that reach it: one that may
+    push, one the server refuses (a part of which must never be shown), one that may only
+    fetch."""
+
+    repo: BareRemote
+    url: str
+    writer: dict[str, Any]
+    wrong: dict[str, Any]
+    reader: dict[str, Any]
+    never_shown: str
+
+
+@pytest.fixture(params=["ssh", "https"])
+def access(request: pytest.FixtureRequest, namespace: str) -> Access:
+    ns = namespace
+    if request.param == "ssh":
+        ssh: SshGitServer = request.getfixturevalue("ssh_server")
+        (writer, writer_public), (reader, reader_public) = keypair(), keypair()
+        ssh.authorize(writer_public)
+        ssh.authorize(reader_public, read_only=True)
+        wrong = keypair()[0]
+        repo = ssh.create_repo(f"{ns}-ssh")
+        return Access(
+            repo=repo,
+            url=ssh.url_for(repo.path.name),
+            writer=ssh_secret("git-creds", ns, writer, ssh.host_key_line),
+            wrong=ssh_secret("git-creds", ns, wrong, ssh.host_key_line),
+            reader=ssh_secret("git-creds", ns, reader, ssh.host_key_line),
+            never_shown=wrong.splitlines()[1],
+        )
+    https: HttpsGitServer = request.getfixturevalue("https_server")
+    repo = https.create_repo(f"{ns}-https")
+    return Access(
+        repo=repo,
+        url=https.url_for(repo.path.name),
+        writer=https_secret("git-creds", ns, https, "writer", PASSWORD),
+        wrong=https_secret("git-creds", ns, https, "writer", WRONG_PASSWORD),
+        reader=https_secret("git-creds", ns, https, "reader", PASSWORD),
+        never_shown=WRONG_PASSWORD,
+    )
 
 
 def mirror_of(provider_name: str, ns: str, url: str, **spec: Any) -> str:
@@ -197,53 +242,34 @@ def test_configmap_mirrored_over_https_with_a_private_ca(
     assert PASSWORD not in op.logs()
 
 
-@pytest.mark.parametrize("transport", ["ssh", "https"])
 def test_wrong_credentials_are_authentication_failed_until_the_secret_is_fixed(
-    crds: ControlPlane,
-    namespace: str,
-    ssh_server: SshGitServer,
-    https_server: HttpsGitServer,
-    operator: Callable[..., Operator],
-    transport: str,
+    crds: ControlPlane, namespace: str, access: Access, operator: Callable[..., Operator]
 ) -> None:
     cp, ns = crds, namespace
-    if transport == "ssh":
-        right, public = keypair()
-        ssh_server.authorize(public)
-        wrong, _ = keypair()
-        repo = ssh_server.create_repo(f"{ns}-{transport}")
-        url = ssh_server.url_for(repo.path.name)
-        bad = ssh_secret("git-creds", ns, wrong, ssh_server.host_key_line)
-        good = ssh_secret("git-creds", ns, right, ssh_server.host_key_line)
-        never_shown = wrong.splitlines()[1]
-    else:
-        repo = https_server.create_repo(f"{ns}-{transport}")
-        url = https_server.url_for(repo.path.name)
-        bad = https_secret("git-creds", ns, https_server, "writer", WRONG_PASSWORD)
-        good = https_secret("git-creds", ns, https_server, "writer", PASSWORD)
-        never_shown = WRONG_PASSWORD
     op = operator()
-    before = repo.tip()
-    cp.apply(manifest(bad))
-    cp.apply(mirror_of("git", ns, url, secretRef={"name": "git-creds"}))
+    before = access.repo.tip()
+    cp.apply(manifest(access.wrong))
+    cp.apply(mirror_of("git", ns, access.url, secretRef={"name": "git-creds"}))
     cp.kubectl("create", "configmap", "waiting", "-n", ns, "--from-literal=a=1")
 
     ready = wait_condition(cp, "gitprovider", "git", ns, "Ready", "False", "AuthenticationFailed")
     assert "authentication failed" in ready["message"]
-    assert never_shown not in ready["message"]
+    assert access.never_shown not in ready["message"]
     stalled = condition(cp, "gitprovider", "git", ns, "Stalled")
     assert stalled is not None
     assert stalled["status"] == "True"
     wait_condition(cp, "gittarget", "mirror", ns, "Ready", "False", "AuthenticationFailed")
-    assert repo.tip() == before
-    assert never_shown not in op.logs()
+    assert access.repo.tip() == before
+    assert access.never_shown not in op.logs()
     events = cp.kubectl("get", "events", "-n", ns, "-o", "json").stdout
     assert "AuthenticationFailed" in events
-    assert never_shown not in events
+    assert access.never_shown not in events
 
-    cp.apply(manifest(good))  # the operator reads the Secret again and probes again
+    cp.apply(manifest(access.writer))  # the operator reads the Secret again and probes again
     wait_condition(cp, "gitprovider", "git", ns, "Ready", "True", timeout=90)
-    wait_for(lambda: cm_path(ns, "waiting") in repo.files(), timeout=90, what="file after fix")
+    wait_for(
+        lambda: cm_path(ns, "waiting") in access.repo.files(), timeout=90, what="file after fix"
+    )
     wait_condition(cp, "gittarget", "mirror", ns, "Ready", "True")
 
 
@@ -315,30 +341,14 @@ def test_unknown_and_mismatching_ssh_host_keys_are_refused(
     assert mismatch.files() == []
 
 
-@pytest.mark.parametrize("transport", ["ssh", "https"])
 def test_read_only_credentials_are_readable_but_not_writable(
-    crds: ControlPlane,
-    namespace: str,
-    ssh_server: SshGitServer,
-    https_server: HttpsGitServer,
-    operator: Callable[..., Operator],
-    transport: str,
+    crds: ControlPlane, namespace: str, access: Access, operator: Callable[..., Operator]
 ) -> None:
     cp, ns = crds, namespace
-    if transport == "ssh":
-        private, public = keypair()
-        ssh_server.authorize(public, read_only=True)
-        repo = ssh_server.create_repo(f"{ns}-ro")
-        url = ssh_server.url_for(repo.path.name)
-        creds = ssh_secret("git-creds", ns, private, ssh_server.host_key_line)
-    else:
-        repo = https_server.create_repo(f"{ns}-ro")
-        url = https_server.url_for(repo.path.name)
-        creds = https_secret("git-creds", ns, https_server, "reader", PASSWORD)
     operator()
-    before = repo.tip()
-    cp.apply(manifest(creds))
-    cp.apply(mirror_of("git", ns, url, secretRef={"name": "git-creds"}))
+    before = access.repo.tip()
+    cp.apply(manifest(access.reader))
+    cp.apply(mirror_of("git", ns, access.url, secretRef={"name": "git-creds"}))
     cp.kubectl("create", "configmap", "refused", "-n", ns, "--from-literal=a=1")
 
     writable = wait_condition(cp, "gitprovider", "git", ns, "Writable", "False", "PermissionDenied")
@@ -346,7 +356,7 @@ def test_read_only_credentials_are_readable_but_not_writable(
     wait_condition(cp, "gitprovider", "git", ns, "Readable", "True")
     wait_condition(cp, "gitprovider", "git", ns, "Ready", "True")  # it can be read
     wait_condition(cp, "gittarget", "mirror", ns, "Ready", "False", "PermissionDenied")
-    assert repo.tip() == before
+    assert access.repo.tip() == before
     # A later probe (or a retried push) does not turn the proven denial into Unknown or True.
     stays(
         lambda: (
