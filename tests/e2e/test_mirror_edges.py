@@ -1,0 +1,66 @@
+"""Edges of the mirror a user of the reference operator relies on: a repository without a single
+commit, and a rule's operation filter, end to end on a real control plane and remote."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kubescribe_devenv.controlplane import ControlPlane
+from kubescribe_devenv.gitremote import BareRemote, git
+from tests.manifests import cm_path
+from tests.support import Operator, setup_mirror, wait_for, wait_ready
+
+pytestmark = pytest.mark.controlplane
+
+
+def test_an_empty_repository_gets_its_branch_from_the_first_snapshot(
+    crds: ControlPlane, namespace: str, tmp_path: Path, operator: Callable[..., Operator]
+) -> None:
+    cp, ns = crds, namespace
+    path = tmp_path / "empty.git"
+    git("init", "--quiet", "--bare", "--initial-branch=main", str(path))
+    empty = BareRemote(path)
+    assert empty.tip() is None  # not a single commit
+    cp.kubectl("create", "configmap", "first", "-n", ns, "--from-literal=a=1")
+    operator()
+    setup_mirror(cp, ns, empty)
+    wait_for(lambda: empty.tip() is not None, what="the branch created")
+    wait_for(lambda: cm_path(ns, "first") in empty.files(), what="the snapshot's file")
+    log = empty.log()
+    assert [c["message"] for c in log] == [
+        f"Snapshot configmaps in {ns}: 1 added, 0 updated, 0 removed"
+    ]
+    assert git("rev-list", "--max-parents=0", "main", cwd=path).split() == [log[0]["sha"]]
+    wait_ready(cp, ns)
+    cp.kubectl("create", "configmap", "second", "-n", ns, "--from-literal=b=2")
+    wait_for(lambda: cm_path(ns, "second") in empty.files(), what="a change after the snapshot")
+    assert empty.log()[0]["message"] == f"CREATE ConfigMap {ns}/second"
+
+
+def test_the_operation_filter_commits_only_the_operations_it_names(
+    crds: ControlPlane, namespace: str, remote: BareRemote, operator: Callable[..., Operator]
+) -> None:
+    cp, ns = crds, namespace
+    operator()
+    rule = {"apiGroups": [""], "resources": ["configmaps"], "operations": ["CREATE", "DELETE"]}
+    setup_mirror(cp, ns, remote, rule)
+    wait_ready(cp, ns)
+    cp.kubectl("create", "configmap", "app", "-n", ns, "--from-literal=level=info")
+    wait_for(lambda: cm_path(ns, "app") in remote.files(), what="the created file")
+    cp.kubectl("patch", "configmap", "app", "-n", ns, "-p", '{"data":{"level":"debug"}}')
+    # A marker created after the update: once it is in Git, the update was seen and passed over.
+    cp.kubectl("create", "configmap", "marker", "-n", ns, "--from-literal=m=1")
+    wait_for(lambda: cm_path(ns, "marker") in remote.files(), what="the marker's file")
+    assert "level: info" in remote.read(cm_path(ns, "app"))
+    cp.kubectl("delete", "configmap", "app", "-n", ns)
+    wait_for(lambda: cm_path(ns, "app") not in remote.files(), what="the deleted file")
+    subjects = [c["message"].splitlines()[0] for c in remote.log()]
+    assert subjects[:3] == [
+        f"DELETE ConfigMap {ns}/app",
+        f"CREATE ConfigMap {ns}/marker",
+        f"CREATE ConfigMap {ns}/app",
+    ]
+    assert not [s for s in subjects if s.startswith("UPDATE")]
