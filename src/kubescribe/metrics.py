@@ -299,6 +299,11 @@ COMMIT_REQUESTS = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+COMMIT_REQUESTS_EXPIRED = Counter(
+    "kubescribe_commit_requests_expired_total",
+    "Finished CommitRequests deleted once their spec.ttlAfterFinished had passed.",
+    registry=REGISTRY,
+)
 REDIS_REJECTED = Counter(
     "kubescribe_redis_entries_rejected_total",
     "Entries read from Redis without a valid signature, ignored, by kind (fact, cursor,"

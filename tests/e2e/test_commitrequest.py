@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -164,3 +165,42 @@ def test_request_on_a_suspended_target_fails_with_suspended(
     assert conditions(obj)["Stalled"] == ("True", "Suspended")
     assert "sha" not in obj["status"]
     assert remote.tip() == tip
+
+
+def test_finished_requests_expire_after_their_ttl(
+    crds: ControlPlane, namespace: str, remote: BareRemote, operator: Callable[..., Operator]
+) -> None:
+    cp, ns = crds, namespace
+    op = operator()
+    setup(cp, ns, remote)
+    wait_ready(cp, ns)
+    cp.apply(manifest(configmap("cfg", ns, {"a": "1"})))
+    short = commit_request(ns, "mirror", "Short-lived", name="short")
+    short["spec"]["ttlAfterFinished"] = "3s"
+    kept = commit_request(ns, "mirror", "Kept a day", name="kept")
+    create(cp, short)
+    done = finished(cp, ns, "short")
+    assert conditions(done)["Ready"] == ("True", "Pushed")
+    finished_at = datetime.strptime(
+        next(c for c in done["status"]["conditions"] if c["type"] == "Ready")["lastTransitionTime"],
+        "%Y-%m-%dT%H:%M:%SZ",
+    ).replace(tzinfo=UTC)
+    expires = datetime.strptime(done["status"]["expiresAt"], "%Y-%m-%dT%H:%M:%SZ")
+    assert timedelta(seconds=2) <= expires.replace(tzinfo=UTC) - finished_at <= timedelta(seconds=4)
+    create(cp, kept)
+    default = finished(cp, ns, "kept")
+    expires = datetime.strptime(default["status"]["expiresAt"], "%Y-%m-%dT%H:%M:%SZ")
+    assert (
+        timedelta(hours=23) < expires.replace(tzinfo=UTC) - datetime.now(UTC) <= timedelta(hours=24)
+    )
+
+    def gone() -> bool:
+        return cp.kubectl("get", "commitrequest", "short", "-n", ns, check=False).returncode != 0
+
+    wait_for(gone, timeout=60, what="the short-lived request deleted")
+    assert cp.get_json("commitrequest", "kept", "-n", ns)["metadata"]["name"] == "kept"
+    wait_for(
+        lambda: "kubescribe_commit_requests_expired_total 1.0" in op.metrics(),
+        timeout=10,
+        what="the expiry counted",
+    )

@@ -14,6 +14,8 @@ from kubescribe.api.models import (
 from kubescribe.controller.commitrequests import (
     Final,
     attribution_condition,
+    expires_at,
+    expiry_stamp,
     final_conditions,
     final_extra,
     is_final,
@@ -132,3 +134,30 @@ def test_target_problems() -> None:
 )
 def test_is_final(status: dict[str, Any], final: bool) -> None:
     assert is_final({"metadata": {"generation": 1}, "status": status}) is final
+
+
+def _ready_at(stamp: str, **status: Any) -> dict[str, Any]:
+    conds = [{"type": "Ready", "status": "True", "lastTransitionTime": stamp}]
+    return {"status": {"conditions": conds, **status}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "after"),
+    [({}, 86400.0), ({"ttlAfterFinished": "90s"}, 90.0), ({"ttlAfterFinished": "0s"}, 0.0),
+     ({"ttlAfterFinished": "soon"}, 86400.0)],  # unreadable: the default
+)  # fmt: skip
+def test_a_request_finished_before_expiresAt_existed_expires_after_its_ttl(
+    spec: dict[str, str], after: float
+) -> None:
+    obj = {**_ready_at("2026-12-03T10:00:00Z"), "spec": spec}
+    assert expires_at(obj) == 1796292000.0 + after
+
+
+def test_the_written_expiry_wins_and_is_what_a_finish_writes() -> None:
+    obj = {**_ready_at("2026-12-03T10:00:00Z", expiresAt="2026-12-03T10:00:05Z"), "spec": {}}
+    assert expires_at(obj) == 1796292005.0
+    assert expiry_stamp({"spec": {"ttlAfterFinished": "1h30m"}}, 1796292000.0) == (
+        "2026-12-03T11:30:00Z"
+    )
+    assert expires_at({"status": {}}) is None
+    assert expires_at(_ready_at("yesterday")) is None

@@ -278,6 +278,9 @@ def test_commit_request_schema() -> None:
     assert _rules("CommitRequest", ".spec") == ["self == oldSelf"]
     assert _rules("CommitRequest", ".spec.collectDelay") == ["duration(self) <= duration('10m')"]
     assert "default" not in _at("CommitRequest", ".spec.collectDelay")
+    assert _rules("CommitRequest", ".spec.ttlAfterFinished") == [
+        "duration(self) <= duration('8760h')"
+    ]
     assert set(_at("CommitRequest", ".status")["properties"]) == {
         "observedGeneration",
         "conditions",
@@ -285,6 +288,7 @@ def test_commit_request_schema() -> None:
         "sha",
         "changes",
         "author",
+        "expiresAt",
     }
     columns = [
         (c["name"], c["jsonPath"]) for c in _version("CommitRequest")["additionalPrinterColumns"]

@@ -1122,6 +1122,17 @@ class CommitRequestSpec(ApiModel):
         ),
         json_schema_extra=_duration("10m"),
     )
+    ttl_after_finished: str | None = Field(
+        None,
+        max_length=32,
+        pattern=_DURATION_PATTERN,
+        description=(
+            "Delete the request this long after it finished (`status.expiresAt`), pushed or"
+            " failed; `0s` deletes it at once. Go duration syntax, at most 8760h (a year);"
+            " 24h when unset."
+        ),
+        json_schema_extra=_duration("8760h"),
+    )
 
     model_config = ConfigDict(json_schema_extra=_cel(("self == oldSelf", "spec is immutable")))
 
@@ -1135,6 +1146,10 @@ class CommitRequestStatus(Status):
     )
     changes: int | None = Field(None, ge=0, description="Changes in the commit.")
     author: str | None = Field(None, description="Author of the commit, `Name <email>`.")
+    expires_at: str | None = Field(
+        None,
+        description="When the finished request is deleted (`spec.ttlAfterFinished` after it ends).",
+    )
 
 
 # --- Objects ------------------------------------------------------------------------------

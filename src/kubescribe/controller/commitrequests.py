@@ -17,14 +17,19 @@ For each new request (no final `Ready`):
 
 Conditions: `Ready` (True `Pushed` / True `NothingToCommit` / False with the failure reason),
 `Pushed`, `AuthorAttributed`, and kstatus `Reconciling` / `Stalled`.
+
+A finished request is deleted `spec.ttlAfterFinished` (24h by default) after it finished, at
+`status.expiresAt`, by the replica that writes its target.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
@@ -55,6 +60,7 @@ RTYPE = ResourceType("kubescribe.io", "v1alpha1", PLURAL, "CommitRequest", True)
 
 TARGET_GRACE = 10.0  # a bundle may create the target with the request: wait that long
 CATCH_UP_TIMEOUT = 15.0
+DEFAULT_TTL = 24 * 3600.0  # spec.ttlAfterFinished when unset
 POLL = 0.1
 LIST_EVERY = 0.5
 
@@ -169,6 +175,42 @@ def is_final(obj: Mapping[str, Any]) -> bool:
     return False
 
 
+def ttl_of(obj: Mapping[str, Any]) -> float:
+    """`spec.ttlAfterFinished` in seconds (the default when unset or unreadable)."""
+    value = (obj.get("spec") or {}).get("ttlAfterFinished")
+    try:
+        return parse_duration(value) if isinstance(value, str) and value else DEFAULT_TTL
+    except ValueError:
+        return DEFAULT_TTL
+
+
+def _timestamp(value: Any) -> float | None:
+    try:
+        return datetime.strptime(str(value), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+
+
+def expires_at(obj: Mapping[str, Any]) -> float | None:
+    """When a finished request is deleted (epoch seconds): `status.expiresAt`, or for a request
+    finished without it, its final Ready transition plus its TTL; None when not known."""
+    status = obj.get("status") or {}
+    written = _timestamp(status.get("expiresAt")) if status.get("expiresAt") else None
+    if written is not None:
+        return written
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == c.READY:
+            finished = _timestamp(cond.get("lastTransitionTime"))
+            return None if finished is None else finished + ttl_of(obj)
+    return None
+
+
+def expiry_stamp(obj: Mapping[str, Any], now: float) -> str:
+    """`status.expiresAt` of a request that finishes at `now` (epoch seconds)."""
+    moment = datetime.fromtimestamp(now, UTC) + timedelta(seconds=ttl_of(obj))
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def target_problem(plan: TargetPlan | None) -> tuple[str, str] | None:
     """Why a target is not written (reason, message); None when it is."""
     if plan is None:
@@ -277,24 +319,26 @@ class CommitRequests:
         self.catch_up_timeout = catch_up_timeout
         self._objects: dict[ObjectKey, dict[str, Any]] = {}
         self._tasks: dict[ObjectKey, tuple[str, asyncio.Task[None]]] = {}
+        self._expiries: dict[ObjectKey, tuple[str, asyncio.Task[None]]] = {}
 
     async def run(self) -> None:
         """Until cancelled (then every request task is cancelled too)."""
         try:
             await Informer(self.client, RTYPE, self, prepare=as_is).run()
         finally:
-            tasks = [task for _, task in self._tasks.values()]
+            tasks = [task for _, task in [*self._tasks.values(), *self._expiries.values()]]
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             self._tasks.clear()
+            self._expiries.clear()
 
     # -- informer sink ---------------------------------------------------------------------
     async def on_snapshot(
         self, objects: Mapping[ObjectKey, dict[str, Any]], deleted: set[ObjectKey], rv: str
     ) -> None:
         self._objects = dict(objects)
-        for key in [k for k in self._tasks if k not in objects]:
+        for key in [k for k in {*self._tasks, *self._expiries} if k not in objects]:
             self._cancel(key)
         for key in objects:
             self._consider(key)
@@ -316,11 +360,43 @@ class CommitRequests:
             if running[0] == uid:
                 return
             self._cancel(key)  # deleted and created again under the same name
-        if is_final(obj) or self.lookup(_target_of(key, obj)).elsewhere:
+        if self.lookup(_target_of(key, obj)).elsewhere:
+            return
+        if is_final(obj):
+            self._expire_later(key, uid, expires_at(obj))
             return
         task = asyncio.create_task(self._handle(key, obj), name=f"commitrequest {key}")
         self._tasks[key] = (uid, task)
         task.add_done_callback(functools.partial(self._done, key))
+
+    def _expire_later(self, key: ObjectKey, uid: str, when: float | None) -> None:
+        scheduled = self._expiries.get(key)
+        if when is None or (scheduled is not None and scheduled[0] == uid):
+            return
+        if scheduled is not None:
+            scheduled[1].cancel()
+        task = asyncio.create_task(self._expire(key, uid, when), name=f"expire {key}")
+        self._expiries[key] = (uid, task)
+        task.add_done_callback(functools.partial(self._expired, key))
+
+    async def _expire(self, key: ObjectKey, uid: str, when: float) -> None:
+        """Delete the request at `when` (only the one with this uid)."""
+        await asyncio.sleep(max(0.0, when - time.time()))
+        path = f"/apis/kubescribe.io/v1alpha1/namespaces/{key[0]}/{PLURAL}/{key[1]}"
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        try:
+            await self.client.request("DELETE", path, body=body)
+        except ApiError as exc:
+            if exc.status not in (404, 409):  # gone, or re-created under the same name
+                log.warning("commitrequest.expire_failed", namespace=key[0], name=key[1],
+                            error=str(exc))  # fmt: skip
+            return
+        metrics.COMMIT_REQUESTS_EXPIRED.inc()
+        log.info("commitrequest.expired", namespace=key[0], name=key[1])
+
+    def _expired(self, key: ObjectKey, task: asyncio.Task[None]) -> None:
+        if self._expiries.get(key, ("", None))[1] is task:
+            del self._expiries[key]
 
     def reconsider(self) -> None:
         """Pick up requests of targets whose writer came to this replica."""
@@ -328,9 +404,10 @@ class CommitRequests:
             self._consider(key)
 
     def _cancel(self, key: ObjectKey) -> None:
-        running = self._tasks.pop(key, None)
-        if running is not None:
-            running[1].cancel()
+        for tasks in (self._tasks, self._expiries):
+            running = tasks.pop(key, None)
+            if running is not None:
+                running[1].cancel()
 
     def _done(self, key: ObjectKey, task: asyncio.Task[None]) -> None:
         if self._tasks.get(key, ("", None))[1] is task:
@@ -356,7 +433,10 @@ class CommitRequests:
             reason=final.reason,
             sha=final.sha,
         )
-        await self._write(state, final_conditions(final, state.attributed), final_extra(final))
+        extra = {**final_extra(final), "expiresAt": expiry_stamp(state.obj, time.time())}
+        await self._write(state, final_conditions(final, state.attributed), extra)
+        uid = str(obj["metadata"].get("uid") or "")
+        self._expire_later(key, uid, _timestamp(extra["expiresAt"]))
 
     async def _process(self, key: ObjectKey, state: _State) -> Final:
         meta = state.obj["metadata"]
