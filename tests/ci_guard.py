@@ -45,7 +45,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         for report in terminalreporter.stats.get(outcome, []):
             if not isinstance(report, pytest.TestReport):
                 continue
-            if report.when == "call" or (report.skipped and report.when == "setup"):
+            if report.when == "call" or (report.when == "setup" and not report.passed):
                 suites[_suite(report.nodeid)] += 1
                 markers.update(m for m in MARKERS if m in report.keywords)
                 skipped += outcome == "skipped"

@@ -51,6 +51,7 @@ def test_a_skip_fails_under_ci(tmp_path: Path, ci: str) -> None:
     assert "1 failed, 1 passed, 1 xfailed, 1 error" in done.stdout, done.stdout
     assert "skipped under CI=true, where every test must run: nginx is not installed" in done.stdout
     assert "where every test must run: no sshd" in done.stdout
+    assert "tests per suite: other 4;" in done.stdout  # the failed set-up counts too
 
 
 def test_a_skip_is_a_skip_outside_ci(tmp_path: Path) -> None:
