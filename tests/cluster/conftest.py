@@ -32,6 +32,7 @@ from kubescribe_devenv.cluster import (
 from kubescribe_devenv.controlplane import REPO_ROOT
 from kubescribe_devenv.gitremote import BareRemote, git
 from kubescribe_devenv.sshgit import SshGitServer, sshd_binary
+from tests.cluster.published import Published, publish
 from tests.manifests import CM_RULE, cm_path, keypair, provider, secret, target, watch_rule
 from tests.support import manifest, record_figure, wait_for
 
@@ -117,6 +118,16 @@ def ensure_imported(cluster: Cluster, image: Image) -> None:
             out.write(f"{datetime.now().isoformat()} {image.ref} missing; listed: {names}\n")
     cluster.import_image(image.archive)
     _REIMPORTED.add(cluster.workdir)
+
+
+@pytest.fixture(scope="session")
+def published(
+    cluster: Cluster, tools: ClusterTools, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Published]:
+    """The release of this version on a loopback registry (tests using it share the
+    `xdist_group("release")`, so one worker publishes once)."""
+    with publish(cluster, tools, tmp_path_factory.mktemp("release")) as release:
+        yield release
 
 
 @pytest.fixture(scope="session")

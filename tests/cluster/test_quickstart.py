@@ -4,19 +4,20 @@ cluster, until the change a named user makes is a commit on the SSH remote autho
 What is replaced, and nothing else:
 
 - the settings block (`<!-- quickstart: settings -->`): the test exports the same variables,
-  naming the SSH Git server fixture as the remote;
-- the chart's location (`DOC_CHART`) by `chart_reference`: for now the chart folder with the
-  image the fixtures side-load (the release pipeline's registry on loopback will make it
-  `oci://127.0.0.1:PORT/charts/kubescribe --version X`, one line);
+  naming the release's registry on loopback (`hack/release.sh`, as in the release test: the
+  chart and the image are pulled from it) and the SSH Git server fixture as the remote;
+- `--plain-http` is added after the chart's location (`DOC_CHART`): the loopback registry
+  speaks HTTP;
 - the cluster: `KUBECONFIG` is the kubeconfig of user `alice` (bound to cluster-admin, as the
   creator of a kind cluster is), so the change is hers;
 - the block marked `<!-- quickstart: skip-in-test -->` (kind/k3d cluster creation) is skipped.
 
 Two things of this test cluster that a kind cluster does not need are handled around the doc,
 not in it: the API server reaches no Service (no kube-proxy), so the webhook is also published
-on the node (`CLUSTER_VALUES`); and the host has no route to the node address where Pods reach
-the Git server, so `ssh-keyscan` runs in the cluster's network namespace. The deploy key the
-user adds on their forge by hand is authorized on the SSH server after the block that makes it.
+on the node (`CLUSTER_VALUES`, added after the chart); and the host has no route to the node
+address where Pods reach the Git server, so `ssh-keyscan` runs in the cluster's network
+namespace. The deploy key the user adds on their forge by hand is authorized on the SSH server
+after the block that makes it.
 """
 
 from __future__ import annotations
@@ -37,10 +38,12 @@ from kubescribe.api.crds import crd_manifests
 from kubescribe_devenv.cluster import NODE_IP, Cluster, ClusterTools
 from kubescribe_devenv.controlplane import REPO_ROOT
 from kubescribe_devenv.sshgit import SshGitServer
-from tests.cluster.conftest import NAMESPACE, Image, record
+from tests.cluster.conftest import NAMESPACE, record
+from tests.cluster.published import VERSION, Published
 from tests.support import wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
+# The chart comes from the release on the loopback registry (shared with the release test).
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900), pytest.mark.xdist_group("release")]
 
 DOC = REPO_ROOT / "docs" / "quickstart.md"
 SKIP = "<!-- quickstart: skip-in-test -->"
@@ -55,14 +58,6 @@ CLUSTER_VALUES = (
 )
 _BLOCK = re.compile(r"(?:^(<!-- quickstart: [a-z-]+ -->)\n)?^```sh\n(.*?)^```$", re.M | re.S)
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1")
-
-
-def chart_reference(image: Image) -> str:
-    """What the doc's `DOC_CHART` becomes in this test."""
-    return (
-        f"{REPO_ROOT / 'charts' / 'kubescribe'} --set image.repository={image.repository}"
-        f" --set image.tag={image.tag} --set image.pullPolicy=Never"
-    )
 
 
 @dataclass(frozen=True)
@@ -154,7 +149,7 @@ def _shims(where: Path, tools: ClusterTools, cluster: Cluster) -> Path:
 def test_the_quickstart_runs_as_written_to_a_commit_by_the_user(
     cluster: Cluster,
     tools: ClusterTools,
-    image: Image,
+    published: Published,
     ssh_git: SshGitServer,
     tmp_path: Path,
     quickstart_cleanup: None,
@@ -164,9 +159,11 @@ def test_the_quickstart_runs_as_written_to_a_commit_by_the_user(
         "create", "clusterrolebinding", f"quickstart-{USER}", "--clusterrole=cluster-admin",
         f"--user={USER}",
     )  # fmt: skip
+    registry = f"{published.registry.host}/kubescribe"
+    assert published.info["chart"]["repository"] == f"{registry}/charts/kubescribe"
     settings = {
-        "REGISTRY": "unused-until-the-chart-comes-from-a-registry",
-        "VERSION": image.tag,
+        "REGISTRY": registry,
+        "VERSION": VERSION,
         "GIT_HOST": NODE_IP,
         "GIT_PORT": str(ssh_git.port),
         "REPO": f"ssh://{ssh_git.user}@{NODE_IP}:{ssh_git.port}{remote.path}",
@@ -191,7 +188,8 @@ def test_the_quickstart_runs_as_written_to_a_commit_by_the_user(
         if block.marker == SETTINGS:
             assert exported(block.script) == set(settings)
             continue
-        script = block.script.replace(DOC_CHART, f"{chart_reference(image)} {CLUSTER_VALUES}")
+        # a registry on loopback speaks plain HTTP, which helm must be told
+        script = block.script.replace(DOC_CHART, f"{DOC_CHART} --plain-http {CLUSTER_VALUES}")
         done = subprocess.run(
             ["bash", "-euo", "pipefail", "-c", script],
             cwd=work, env=env, capture_output=True, text=True, timeout=360, check=False,

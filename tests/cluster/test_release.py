@@ -9,21 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
 import tarfile
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import yaml
 
-from kubescribe_devenv.cluster import Cluster, ClusterTools
+from kubescribe_devenv.cluster import Cluster
 from kubescribe_devenv.controlplane import REPO_ROOT
-from kubescribe_devenv.registry import Registry
 from tests.cluster.conftest import (
     NAMESPACE,
     Release,
@@ -35,94 +30,11 @@ from tests.cluster.conftest import (
     record,
     wire_apiserver,
 )
+from tests.cluster.published import ARCHES, INDEX, VERSION, Published, run
 from tests.support import wait_condition, wait_for
 
 # One release for the module: its tests run on one pytest worker (--dist loadgroup).
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1200), pytest.mark.xdist_group("release")]
-
-# The architectures released here, as hack/release.sh defaults to (the arm64 image is built
-# without emulation by `hack/build-image.sh --arch arm64`).
-ARCHES = ("amd64", "arm64")
-VERSION = next(
-    line.split('"')[1]
-    for line in (REPO_ROOT / "pyproject.toml").read_text().splitlines()
-    if line.startswith("version = ")
-)
-PASSWORD = "kubescribe-test-release-key"
-INDEX = "application/vnd.oci.image.index.v1+json"
-
-
-@dataclass(frozen=True)
-class Published:
-    registry: Registry
-    out: Path
-    info: dict[str, Any]
-    public_key: Path
-    other_public_key: Path
-    cosign: Path
-    env: dict[str, str]  # cosign's TUF cache in the test's directory, not in $HOME
-
-    @property
-    def image(self) -> str:
-        return f"{self.info['image']['repository']}@{self.info['image']['digest']}"
-
-    @property
-    def chart(self) -> str:
-        return f"{self.info['chart']['repository']}@{self.info['chart']['digest']}"
-
-    def verify(self, *args: str, key: Path | None = None) -> subprocess.CompletedProcess[str]:
-        """`cosign verify...` as docs/releasing.md shows it, against the loopback registry."""
-        return subprocess.run(
-            [str(self.cosign), *args[:1], "--key", str(key or self.public_key),
-             "--insecure-ignore-tlog=true", "--allow-http-registry", "--allow-insecure-registry",
-             *args[1:]],
-            capture_output=True, text=True, check=False, timeout=120, env=self.env,
-        )  # fmt: skip
-
-
-def run(*argv: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
-    done = subprocess.run(
-        argv, capture_output=True, text=True, check=False, env=env, cwd=cwd, timeout=1800
-    )
-    assert done.returncode == 0, f"{' '.join(argv)}: {done.stderr[-4000:]}"
-    return done.stdout
-
-
-@pytest.fixture(scope="module")
-def published(
-    cluster: Cluster, tools: ClusterTools, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Published]:
-    work = tmp_path_factory.mktemp("release")
-    cosign = Path(run("bash", str(REPO_ROOT / "hack" / "build-cosign.sh")).split()[-1]) / "cosign"
-    env = {**os.environ, "COSIGN_PASSWORD": PASSWORD, "TUF_ROOT": str(work / "tuf")}
-    for prefix in ("release", "other"):
-        run(str(cosign), "generate-key-pair", "--output-key-prefix", prefix, env=env, cwd=work)
-    with Registry(work / "registry") as registry:
-        cluster.use_host_registry(registry.port)
-        env.update(
-            REGISTRY=f"{registry.host}/kubescribe",
-            COSIGN_KEY=str(work / "release.key"),
-            ARCHES=" ".join(ARCHES),
-            OUT=str(work / "out"),
-            HELM=str(tools.helm),
-            KUBESCRIBE_CLUSTER_DIR=str(tools.root),
-            HELM_CONFIG_HOME=str(work / "helm"),
-            HELM_CACHE_HOME=str(work / "helm"),
-            HELM_DATA_HOME=str(work / "helm"),
-        )
-        t0 = time.monotonic()
-        out = run("bash", str(REPO_ROOT / "hack" / "release.sh"), VERSION, env=env)
-        record(f"release ({' '.join(ARCHES)}, image cached)", time.monotonic() - t0)
-        out_dir = Path(out.split()[-1])
-        yield Published(
-            registry,
-            out_dir,
-            json.loads((out_dir / "release.json").read_text()),
-            work / "release.pub",
-            work / "other.pub",
-            cosign,
-            {**os.environ, "TUF_ROOT": str(work / "tuf")},
-        )
 
 
 def test_release_files_checksums_notes_and_index(published: Published) -> None:
