@@ -21,8 +21,9 @@ from kubescribe.devenv.controlplane import AuditWebhook, ControlPlane, free_port
 from kubescribe.devenv.pki import CertificateAuthority, KeyPair
 from kubescribe.devenv.redis import DEV_HMAC_KEY, RedisServer
 from kubescribe.mirror.authors import Author, ObjectEvent
-from kubescribe.server.attribution import Attribution, AttributionOptions, attribution
+from kubescribe.server.attribution import AttributionOptions
 from kubescribe.store.redis_options import RedisOptions
+from kubescribe.wiring import Attribution, attribution
 
 
 @dataclass

@@ -263,7 +263,6 @@ class CommitRequests:
         self,
         client: KubeClient,
         status: StatusWriter,
-        lookup: Callable[[TargetKey], TargetAccess],
         authors: CommitRequestAuthors | None = None,
         *,
         target_grace: float = TARGET_GRACE,
@@ -271,15 +270,17 @@ class CommitRequests:
     ) -> None:
         self.client = client
         self.status = status
-        self.lookup = lookup
+        self.lookup: Callable[[TargetKey], TargetAccess] = lambda _: TargetAccess(None)
         self.authors = authors
         self.target_grace = target_grace
         self.catch_up_timeout = catch_up_timeout
         self._objects: dict[ObjectKey, dict[str, Any]] = {}
         self._tasks: dict[ObjectKey, tuple[str, asyncio.Task[None]]] = {}
 
-    async def run(self) -> None:
-        """Until cancelled (then every request task is cancelled too)."""
+    async def run(self, lookup: Callable[[TargetKey], TargetAccess]) -> None:
+        """Until cancelled (then every request task is cancelled too); `lookup` tells what is
+        known of a target (the manager's plan, workers and streams)."""
+        self.lookup = lookup
         try:
             await Informer(self.client, RTYPE, self, prepare=as_is).run()
         finally:

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,6 @@ from kubescribe.controller.object_status import (
     rule_conditions,
     target_status,
 )
-from kubescribe.controller.owner import ClusterRoleOwner
 from kubescribe.controller.providers import Providers
 from kubescribe.controller.shards import Shards
 from kubescribe.controller.status import (
@@ -56,15 +55,13 @@ from kubescribe.git.worker import BranchWorker
 from kubescribe.kube.client import ApiError, KubeClient
 from kubescribe.kube.discovery import Discovered, discover
 from kubescribe.kube.informer import Informer, ObjectKey, as_is
-from kubescribe.kube.leases import LeaseClient
-from kubescribe.mirror.authors import AttributionMode, AuthorResolver, CommitRequestAuthors
+from kubescribe.mirror.authors import AttributionMode, AuthorResolver
 from kubescribe.mirror.changes import Cursor, TargetKey
 from kubescribe.mirror.identity import ResourceType
 from kubescribe.mirror.layout import LOCAL_CLUSTER
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY, NoisePolicy
 from kubescribe.mirror.owned import FULL, Content
 from kubescribe.mirror.window import WindowPolicy, parse_duration
-from kubescribe.store.cursors import CursorStore, NoCursorStore
 from kubescribe.waits import wait_event, within
 
 log = structlog.get_logger(__name__)
@@ -92,26 +89,24 @@ DISCOVERY_TRIGGERS = (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class Settings:
+    """What the operator is configured with (the `kubescribe run` flags), built once by the
+    composition root (`kubescribe.app`), which builds every collaborator from it."""
+
     cache_dir: Path
     discovery_grace: float = 60.0
     discovery_interval: float = 300.0
     noise: NoisePolicy = DEFAULT_NOISE_POLICY
-    resolver: AuthorResolver | None = None  # audit attribution (attributed-author)
-    request_authors: CommitRequestAuthors | None = None  # who created each CommitRequest
     allow_file_urls: bool = False
     probe_interval: float = 300.0
     credentials_refresh: float = 10.0
     cross_namespace_sources: bool = True  # False: refuse every WatchRule sourceNamespace elsewhere
-    cursors: CursorStore = field(default_factory=NoCursorStore)  # resume cursors (Redis: HA)
     replica_id: str = ""  # set: share the branch writers with other replicas through Leases
     lease_namespace: str = "default"
     lease_duration: float = 10.0
     allow_insecure_cluster_tls: bool = False  # ClusterProvider kubeconfigs without TLS checks
-    # (URL, current CA bundle PEM): register it for attribution
-    changes_webhook: tuple[str, Callable[[], bytes]] | None = None
-    changes_webhook_name: str = WEBHOOK_NAME  # its ValidatingWebhookConfiguration
+    changes_webhook_name: str = WEBHOOK_NAME  # the change webhook's ValidatingWebhookConfiguration
     # set: what the operator creates cluster-wide is owned by this ClusterRole (helm uninstall)
     owner_cluster_role: str = ""
     attribution_sources: tuple[str, ...] = ()  # audit, admission: what can name authors
@@ -120,6 +115,24 @@ class Settings:
     # set: a WatchRule mirrors only what this ServiceAccount of its namespace may read
     tenant_service_account: str = ""
     shutdown_timeout: float = 8.0  # seconds from SIGTERM to released Leases (see shutdown)
+
+
+@dataclass(frozen=True)
+class Parts:
+    """The manager's collaborators, built by the composition root (`kubescribe.wiring`)."""
+
+    poke: asyncio.Event  # set by whatever changes the plan's inputs: reconcile soon
+    events: EventRecorder
+    status: StatusWriter
+    providers: Providers
+    clusters: ClusterProviders
+    encryption: EncryptionResolver
+    requests: CommitRequests
+    cursors: CursorKeeper
+    shards: Shards | None = None  # several replicas share the writers
+    webhook: ChangeWebhook | None = None  # the change webhook's registration
+    tenant_reads: TenantReadReviews | None = None  # --tenant-service-account
+    resolver: AuthorResolver | None = None  # audit attribution (attributed-author)
 
 
 class _Cache:
@@ -161,11 +174,12 @@ class _Running:
 class Manager:
     client: KubeClient
     settings: Settings
+    parts: Parts
     plan: Plan = field(default_factory=Plan)
 
     def __post_init__(self) -> None:
-        client = self.client
-        self._poke = asyncio.Event()
+        parts = self.parts
+        self._poke = parts.poke
         self._caches = {kind: _Cache(self._poke) for kind in OWN_TYPES}
         self._namespaces = _Cache(self._poke)
         self._discovery_poke = asyncio.Event()
@@ -175,61 +189,23 @@ class Manager:
         self._stopping: dict[WorkerKey, asyncio.Task[None]] = {}
         self._namespace_caches: dict[str, NamespaceCache] = {}
         self._relist: set[str] = set()  # streams to list afresh, not resume from a cursor
-        self._cursors = CursorKeeper(self.settings.cursors)
-        self._shards: Shards | None = None
-        if self.settings.replica_id:
-            self._shards = Shards(
-                LeaseClient(client, self.settings.lease_namespace),
-                self.settings.replica_id,
-                duration=self.settings.lease_duration,
-                renew_every=self.settings.lease_duration / 5,
-                on_change=self._poke.set,
-            )
+        self._cursors = parts.cursors
+        self._shards = parts.shards
         self._owned: frozenset[WorkerKey] = frozenset()
         self._plan_failures: frozenset[Failure] = frozenset()
-        self._webhook = (
-            ChangeWebhook(
-                client,
-                *self.settings.changes_webhook,
-                name=self.settings.changes_webhook_name,
-                owner=(
-                    ClusterRoleOwner(client, self.settings.owner_cluster_role)
-                    if self.settings.owner_cluster_role
-                    else None
-                ),
-            )
-            if self.settings.changes_webhook
-            else None
-        )
-        self._tenant_reads = (
-            TenantReadReviews(client, self.settings.tenant_service_account)
-            if self.settings.tenant_service_account
-            else None
-        )
-        self._clusters = ClusterProviders(
-            client,
-            allow_insecure=self.settings.allow_insecure_cluster_tls,
-            on_change=self._poke.set,
-        )
+        self._webhook = parts.webhook
+        self._tenant_reads = parts.tenant_reads
+        self._clusters = parts.clusters
         self._reports: dict[TargetKey, WriteReport] = {}
         self._readiness: dict[str, str] = {}  # target -> "<Ready status>/<reason>" exported
         metrics.CACHE_QUOTA.set(self.settings.cache_quota)
         self._tasks: list[asyncio.Task[None]] = []
         self._cursor_task: asyncio.Task[None] | None = None
-        self._events = EventRecorder(client, self.settings.replica_id)
-        self._status = StatusWriter(client, self._events)
-        self._requests = CommitRequests(
-            client, self._status, self._target_access, self.settings.request_authors
-        )
-        self._encryption = EncryptionResolver(client)
-        self._providers = Providers(
-            client,
-            cache_dir=self.settings.cache_dir,
-            allow_file_urls=self.settings.allow_file_urls,
-            refresh_interval=self.settings.credentials_refresh,
-            probe_interval=self.settings.probe_interval,
-            on_change=self._poke.set,
-        )
+        self._events = parts.events
+        self._status = parts.status
+        self._requests = parts.requests
+        self._encryption = parts.encryption
+        self._providers = parts.providers
         self.synced = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -248,7 +224,7 @@ class Manager:
                 for rtype in DISCOVERY_TRIGGERS
             ]
             self._tasks = [asyncio.create_task(i.run()) for i in own + triggers]
-            self._tasks.append(asyncio.create_task(self._requests.run()))
+            self._tasks.append(asyncio.create_task(self._requests.run(self._target_access)))
             # Not in _tasks: shutdown stops it only after the last cursors are saved.
             self._cursor_task = asyncio.create_task(self._cursors.run())
             # The first plan needs the served types, this replica's place among the others
@@ -491,7 +467,7 @@ class Manager:
                     committer=Committer(committer.name, committer.email),
                     on_report=self._on_report,
                     on_pushed=self._on_pushed,
-                    resolver=self.settings.resolver,
+                    resolver=self.parts.resolver,
                     callbacks=self._providers.callbacks(key, provider.spec.url),
                 )
                 self._workers[key] = worker
@@ -641,7 +617,7 @@ class Manager:
                 self._relist.discard(key)
             else:
                 try:
-                    resume = await self.settings.cursors.load(key, sink.fingerprint)
+                    resume = await self._cursors.store.load(key, sink.fingerprint)
                 except Exception as exc:  # the store is down: list afresh, always right
                     log.warning("cursor.load_failed", error=str(exc) or type(exc).__name__)
             sink.journal = self._cursors.journal(key, sink.fingerprint)
@@ -806,7 +782,7 @@ class Manager:
                 attributed=attribution_condition(
                     t,
                     self.settings.attribution_sources,
-                    int(getattr(self.settings.resolver, "unresolved_streak", 0)),
+                    self.parts.resolver.unresolved_streak if self.parts.resolver is not None else 0,
                 ),
                 encryption=self._encryption.conditions(t.key),
                 encryption_status=self._encryption.status(t.key),
