@@ -64,11 +64,26 @@ class AttributionOptions:
 
     def problems(self) -> list[str]:
         """Flag combinations that cannot work, as messages (empty: fine)."""
+        found = [*self._audit_problems(), *self._webhook_problems(), *self._bound_problems()]
+        if self.redis is not None:
+            found.extend(self.redis.problems())
+        for spec in (self.audit_route, *self.audit_extra_routes):
+            try:
+                AuditRoute.parse(spec)
+            except ValueError as exc:
+                found.append(str(exc))
+        return found
+
+    def _audit_problems(self) -> list[str]:
         found = []
         if self.audit_addr and not (self.audit_tls_cert and self.audit_tls_key):
             found.append("--audit-addr needs --audit-tls-cert and --audit-tls-key")
         if self.audit_addr and not self.audit_client_ca:
             found.append("--audit-addr needs --audit-client-ca (clients must authenticate)")
+        return found
+
+    def _webhook_problems(self) -> list[str]:
+        found = []
         if self.webhook_addr and not (self.webhook_tls_cert and self.webhook_tls_key):
             found.append("--webhook-addr needs --webhook-tls-cert and --webhook-tls-key")
         if self.webhook_addr and not self.webhook_client_ca and not self.webhook_allow_anonymous:
@@ -90,19 +105,16 @@ class AttributionOptions:
         cns = {c.strip() for c in self.webhook_client_cns}
         if self.webhook_addr and ("" in cns or not cns or (ANY_CLIENT in cns and len(cns) > 1)):
             found.append("--webhook-client-cn: names, or a single '*'")
+        return found
+
+    def _bound_problems(self) -> list[str]:
+        found = []
         if self.grace < 0:
             found.append("--attribution-grace must not be negative")
         if not 1024 <= self.audit_max_body <= MAX_AUDIT_BODY:
             found.append(f"--audit-max-body must be between 1024 and {MAX_AUDIT_BODY} bytes")
         if self.audit_max_events < 1:
             found.append("--audit-max-events must be at least 1")
-        if self.redis is not None:
-            found.extend(self.redis.problems())
-        for spec in (self.audit_route, *self.audit_extra_routes):
-            try:
-                AuditRoute.parse(spec)
-            except ValueError as exc:
-                found.append(str(exc))
         return found
 
     @property
