@@ -423,68 +423,77 @@ class Manager:
         shards = self._shards
         if shards is not None:
             shards.want(by_worker)
-        for key, worker in list(self._workers.items()):
-            handover = shards is not None and shards.handing_over(key)
-            lost = shards is not None and not shards.owns(key)
-            if key not in by_worker or handover or lost:
-                del self._workers[key]
-                self._providers.drop_worker(key)
-                if handover:
-                    stopping = self._hand_over(key, worker)
-                elif lost:  # another replica writes it now: write nothing more
-                    self._writer_event(
-                        key,
-                        "Warning",
-                        ev.WRITER_LOST,
-                        f"Replica {self.settings.replica_id} lost the Lease of branch"
-                        f" {key.branch} (not renewed in time, or taken): it stopped writing at"
-                        " once; the new owner writes what it had not pushed",
-                    )
-                    stopping = worker.abandon()
-                else:
-                    stopping = _stop(worker)
-                task = asyncio.create_task(stopping)
-                task.add_done_callback(lambda _: self._poke.set())
-                self._stopping[key] = task
-                self._tasks.append(task)
+        self._retire_workers(by_worker)
         for key, targets in by_worker.items():
             if shards is not None and (not shards.owns(key) or shards.handing_over(key)):
                 continue  # another replica writes this branch
             if key in self._stopping and not self._stopping[key].done():
                 continue  # its previous worker is still writing out (same clone)
             self._stopping.pop(key, None)
-            existing = self._workers.get(key)
-            provider = targets[0].provider
-            assert provider is not None and provider.spec is not None
-            if existing is None:
-                committer = provider.spec.commit.committer
-                worker = BranchWorker(
-                    url=provider.spec.url,
-                    branch=key.branch,
-                    # Each namespace keeps its own clone: nothing one writes is another's base.
-                    cache_dir=self._namespace_cache(key.namespace).directory,
-                    cache_quota=self._namespace_cache(key.namespace),
-                    committer=Committer(committer.name, committer.email),
-                    on_report=self._on_report,
-                    on_pushed=self._on_pushed,
-                    resolver=self.parts.resolver,
-                    callbacks=self._providers.callbacks(key, provider.spec.url),
-                )
-                self._workers[key] = worker
-                self._providers.assign(key, [t.provider.key for t in targets if t.provider], worker)
-                worker.start()
-                if shards is not None:
-                    self._writer_event(
-                        key,
-                        "Normal",
-                        ev.WRITER_ACQUIRED,
-                        f"Replica {self.settings.replica_id} writes branch {key.branch} now"
-                        f" (replicas: {len(shards.members)})",
-                    )
-            else:
-                worker = existing
+            worker = self._workers.get(key)
+            if worker is None:
+                worker = self._start_worker(key, targets)
             worker.configure([self._target_config(t) for t in targets])
             self._providers.assign(key, [t.provider.key for t in targets if t.provider], worker)
+
+    def _retire_workers(self, by_worker: Mapping[WorkerKey, list[TargetPlan]]) -> None:
+        """Stop the workers of branches no longer written here: hand over, abandon (Lease
+        lost) or write out (no target left)."""
+        shards = self._shards
+        for key, worker in list(self._workers.items()):
+            handover = shards is not None and shards.handing_over(key)
+            lost = shards is not None and not shards.owns(key)
+            if key in by_worker and not handover and not lost:
+                continue
+            del self._workers[key]
+            self._providers.drop_worker(key)
+            if handover:
+                stopping = self._hand_over(key, worker)
+            elif lost:  # another replica writes it now: write nothing more
+                self._writer_event(
+                    key,
+                    "Warning",
+                    ev.WRITER_LOST,
+                    f"Replica {self.settings.replica_id} lost the Lease of branch"
+                    f" {key.branch} (not renewed in time, or taken): it stopped writing at"
+                    " once; the new owner writes what it had not pushed",
+                )
+                stopping = worker.abandon()
+            else:
+                stopping = _stop(worker)
+            task = asyncio.create_task(stopping)
+            task.add_done_callback(lambda _: self._poke.set())
+            self._stopping[key] = task
+            self._tasks.append(task)
+
+    def _start_worker(self, key: WorkerKey, targets: list[TargetPlan]) -> BranchWorker:
+        provider = targets[0].provider
+        assert provider is not None and provider.spec is not None
+        committer = provider.spec.commit.committer
+        worker = BranchWorker(
+            url=provider.spec.url,
+            branch=key.branch,
+            # Each namespace keeps its own clone: nothing one writes is another's base.
+            cache_dir=self._namespace_cache(key.namespace).directory,
+            cache_quota=self._namespace_cache(key.namespace),
+            committer=Committer(committer.name, committer.email),
+            on_report=self._on_report,
+            on_pushed=self._on_pushed,
+            resolver=self.parts.resolver,
+            callbacks=self._providers.callbacks(key, provider.spec.url),
+        )
+        self._workers[key] = worker
+        self._providers.assign(key, [t.provider.key for t in targets if t.provider], worker)
+        worker.start()
+        if self._shards is not None:
+            self._writer_event(
+                key,
+                "Normal",
+                ev.WRITER_ACQUIRED,
+                f"Replica {self.settings.replica_id} writes branch {key.branch} now"
+                f" (replicas: {len(self._shards.members)})",
+            )
+        return worker
 
     def _namespace_cache(self, namespace: str) -> NamespaceCache:
         """The folder of a namespace's clones and its quota, one for all its workers."""
