@@ -17,10 +17,10 @@ LIMIT = 600
 CEILINGS = {
     "src/kubescribe/git/build.py": 1027,
     "src/kubescribe/mirror/kustomize.py": 931,
-    "src/kubescribe/cli.py": 922,
-    "src/kubescribe/controller/manager.py": 855,
+    "src/kubescribe/cli.py": 920,
+    "src/kubescribe/controller/manager.py": 849,
     "src/kubescribe/devenv/cluster.py": 843,
-    "src/kubescribe/controller/desired.py": 723,
+    "src/kubescribe/controller/desired.py": 639,
     "src/kubescribe/git/worker.py": 604,
     "src/kubescribe/api/models.py": 1295,  # the CRD schemas as pydantic models
 }

@@ -18,7 +18,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -38,9 +38,6 @@ from kubescribe.store.redis_options import (
     URL_ENV,
     RedisOptions,
 )
-
-if TYPE_CHECKING:
-    from kubescribe.server.attribution import AttributionOptions
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -613,8 +610,25 @@ def run(
     import asyncio  # noqa: PLC0415
 
     from kubescribe.git.quota import parse_size  # noqa: PLC0415
+    from kubescribe.server.attribution import AttributionOptions  # noqa: PLC0415
 
-    attribution_options = _attribution_flags(attribution, webhook_cert_secret, webhook_cert_hosts)
+    attribution["redis"] = _redis_options(
+        attribution.pop("redis_url"),
+        attribution.pop("redis_ca_file"),
+        attribution.pop("redis_key_prefix"),
+    )
+    attribution_options = AttributionOptions(**attribution)
+    if webhook_cert_secret:
+        from kubescribe.app import MANAGED_FILES  # noqa: PLC0415
+
+        given = [f for f in MANAGED_FILES if getattr(attribution_options, f) is not None]
+        if given:
+            flags = ", ".join("--" + f.replace("_", "-") for f in given)
+            raise click.UsageError(f"--webhook-cert-secret manages the certificates: drop {flags}")
+        if not webhook_cert_hosts:
+            raise click.UsageError("--webhook-cert-secret needs --webhook-cert-host")
+    if not webhook_cert_secret and (problems := attribution_options.problems()):
+        raise click.UsageError("; ".join(problems))
     try:
         quota = parse_size(cache_quota)
     except ValueError as exc:
@@ -701,35 +715,6 @@ def run(
     )
     asyncio.run(stopper.run(operator))
     stopper.end()
-
-
-def _attribution_flags(
-    attribution: dict[str, Any], webhook_cert_secret: str, webhook_cert_hosts: tuple[str, ...]
-) -> AttributionOptions:
-    """The attribution flags as options, refused when they cannot work together (with managed
-    certificates, once their files are known)."""
-    from kubescribe.server.attribution import AttributionOptions  # noqa: PLC0415
-
-    for many in ("audit_extra_routes", "webhook_client_cns"):
-        attribution[many] = tuple(attribution[many])
-    attribution["redis"] = _redis_options(
-        attribution.pop("redis_url"),
-        attribution.pop("redis_ca_file"),
-        attribution.pop("redis_key_prefix"),
-    )
-    options = AttributionOptions(**attribution)
-    if webhook_cert_secret:
-        from kubescribe.app import MANAGED_FILES  # noqa: PLC0415
-
-        given = [f for f in MANAGED_FILES if getattr(options, f) is not None]
-        if given:
-            flags = ", ".join("--" + f.replace("_", "-") for f in given)
-            raise click.UsageError(f"--webhook-cert-secret manages the certificates: drop {flags}")
-        if not webhook_cert_hosts:
-            raise click.UsageError("--webhook-cert-secret needs --webhook-cert-host")
-    if not webhook_cert_secret and (problems := options.problems()):
-        raise click.UsageError("; ".join(problems))
-    return options
 
 
 @main.command()

@@ -16,8 +16,8 @@ import yaml
 from kubescribe import metrics, wiring
 from kubescribe.controller import desired
 from kubescribe.controller import manager as manager_module
-from kubescribe.controller.desired import Plan
 from kubescribe.controller.manager import Settings
+from kubescribe.controller.plan import Plan
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote
 from kubescribe.kube.client import KubeClient

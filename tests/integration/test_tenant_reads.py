@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from kubescribe.controller.desired import ReadQuestion
+from kubescribe.controller.plan import ReadQuestion
 from kubescribe.controller.tenantreads import TenantReadReviews
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.kube.client import KubeClient

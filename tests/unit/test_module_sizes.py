@@ -39,8 +39,8 @@ def test_the_repository_passes() -> None:
     [
         ({"big": 601}, "src/kubescribe/big.py: 601 lines, the limit is 600: split it"),
         (
-            {"controller__desired": 724},
-            "src/kubescribe/controller/desired.py: 724 lines, its ceiling is 723: split it",
+            {"controller__desired": 640},
+            "src/kubescribe/controller/desired.py: 640 lines, its ceiling is 639: split it",
         ),
     ],
 )
@@ -53,7 +53,7 @@ def test_a_module_past_its_limit_fails(
 
 
 def test_modules_within_their_limits_pass_and_a_shrunk_ceiling_is_named(tmp_path: Path) -> None:
-    result = sizes(tree(tmp_path, exact=600, controller__desired=700))
+    result = sizes(tree(tmp_path, exact=600, controller__desired=620))
     assert result.returncode == 0, result.stderr
-    assert "may come down: src/kubescribe/controller/desired.py: 700 lines" in result.stderr
+    assert "may come down: src/kubescribe/controller/desired.py: 620 lines" in result.stderr
     assert "exact.py" not in result.stderr

@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from kubescribe import metrics
 from kubescribe.api import conditions as c
 from kubescribe.api.models import CommitRequestSpec
-from kubescribe.controller.desired import TargetPlan
+from kubescribe.controller.plan import TargetPlan
 from kubescribe.controller.status import Cond, StatusWriter, build_status
 from kubescribe.git.intake import (
     RequestHandle,

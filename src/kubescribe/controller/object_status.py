@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubescribe.api import conditions as c
-from kubescribe.controller.desired import RulePlan, TargetPlan
+from kubescribe.controller.plan import RulePlan, TargetPlan
 from kubescribe.controller.status import (
     Cond,
     documents_condition,
