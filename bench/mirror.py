@@ -666,6 +666,36 @@ def soak(setup: Setup, minutes: float, rate: float = 1.0, objects: int = 100) ->
     }
 
 
+Run = Callable[[Setup], dict[str, Any]]
+
+
+def _workloads(
+    samples: int, sizes: str, soak_minutes: float, soak_rate: float, restarts: int
+) -> dict[str, list[tuple[str, Run]]]:
+    """Each workload's runs (named as their figures are), in the order they run."""
+    return {
+        "latency_isolated": [
+            ("latency_isolated", lambda s: latency(s, samples, 6.0, isolated=True))
+        ],
+        "latency_stream": [("latency_stream", lambda s: latency(s, samples, 0.3, isolated=False))],
+        "latency_stream_kustomized": [
+            (
+                "latency_stream_kustomized",
+                lambda s: latency(s, samples, 0.3, isolated=False, kustomized=True),
+            )
+        ],
+        "backfill": [
+            (f"backfill_{n}", lambda s, n=n: backfill(s, n))
+            for n in (int(x) for x in sizes.split(",") if x)
+        ],
+        "crash": [("crash", lambda s: crash(s, 10000))],
+        "burst": [("burst", lambda s: burst(s, 100, 2000, 16))],
+        "warm_restart": [("warm_restart", lambda s: warm_restart(s, 10000, restarts=restarts))],
+        "adopt": [("adopt", lambda s: adopt(s, 10000))],
+        "soak": [("soak", lambda s: soak(s, soak_minutes, soak_rate))],
+    }
+
+
 @click.command()
 @click.argument("workloads", nargs=-1)
 @click.option("--samples", default=20, show_default=True)
@@ -716,31 +746,8 @@ def main(
         "warm_restart",
         "adopt",
     )
-    runs: list[tuple[str, Callable[[Setup], dict[str, Any]]]] = []
-    if "latency_isolated" in chosen:
-        runs.append(("latency_isolated", lambda s: latency(s, samples, 6.0, isolated=True)))
-    if "latency_stream" in chosen:
-        runs.append(("latency_stream", lambda s: latency(s, samples, 0.3, isolated=False)))
-    if "latency_stream_kustomized" in chosen:
-        runs.append(
-            (
-                "latency_stream_kustomized",
-                lambda s: latency(s, samples, 0.3, isolated=False, kustomized=True),
-            )
-        )
-    if "backfill" in chosen:
-        for n in (int(x) for x in sizes.split(",") if x):
-            runs.append((f"backfill_{n}", lambda s, n=n: backfill(s, n)))
-    if "crash" in chosen:
-        runs.append(("crash", lambda s: crash(s, 10000)))
-    if "burst" in chosen:
-        runs.append(("burst", lambda s: burst(s, 100, 2000, 16)))
-    if "warm_restart" in chosen:
-        runs.append(("warm_restart", lambda s: warm_restart(s, 10000, restarts=restarts)))
-    if "adopt" in chosen:
-        runs.append(("adopt", lambda s: adopt(s, 10000)))
-    if "soak" in chosen:
-        runs.append(("soak", lambda s: soak(s, soak_minutes, soak_rate)))
+    table = _workloads(samples, sizes, soak_minutes, soak_rate, restarts)
+    runs = [run for name, named in table.items() if name in chosen for run in named]
     modes = [m for m in contents.split(",") if m]
     compile_bytecode()  # start from bytecode, as the image does
     for _, run in runs:

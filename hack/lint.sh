@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every static check, in about a minute and without the control plane: the Python checks of
-# hack/check.sh (lint, format, strict types, import contracts), then shell, the Dockerfile, YAML,
-# the Helm chart, and the licences of the locked dependencies.
+# hack/check.sh (lint, format, strict types, import contracts, module sizes), then shell, the
+# Dockerfile, YAML, the Helm chart, and the licences of the locked dependencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=hack/steps.sh

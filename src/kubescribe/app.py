@@ -1,4 +1,5 @@
-"""Wire the operator together: API client, health/metrics server, manager."""
+"""Run the operator: connect, start what `kubescribe.wiring` builds (attribution, the manager,
+the health and metrics server), and close it all in order when the manager stops."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from kubescribe.controller.manager import Manager, Settings
+from kubescribe import wiring
+from kubescribe.controller.manager import Settings
 from kubescribe.kube.client import KubeClient
-from kubescribe.server.attribution import AttributionOptions, attribution
+from kubescribe.server.attribution import AttributionOptions
 from kubescribe.server.audit import DEFAULT_CLIENT_PREFIX
 from kubescribe.server.health import health_app, serve
 from kubescribe.server.tls import ANY_CLIENT
@@ -112,9 +114,8 @@ async def run_operator(
             # The HTTPS sites start from the files it writes: wait for a certificate to serve.
             certs = WebhookCertificates(client, certificates)
             await certs.start()
-        att = await sites.enter_async_context(
-            attribution(attribution_options or AttributionOptions())
-        )
+        options = attribution_options or AttributionOptions()
+        att = await sites.enter_async_context(wiring.attribution(options))
     except BaseException:
         await sites.aclose()
         raise
@@ -132,24 +133,19 @@ async def run_operator(
         lease_namespace=sharing.lease_namespace,
         lease_duration=sharing.lease_duration,
         owner_cluster_role=owner_cluster_role,
+        changes_webhook_name=options.changes_webhook_name,
+        attribution_sources=att.sources,
+        shutdown_timeout=stopper.timeout if stopper is not None else Settings.shutdown_timeout,
     )
-    if stopper is not None:
-        settings.shutdown_timeout = stopper.timeout
-    options = attribution_options or AttributionOptions()
-    settings.changes_webhook_name = options.changes_webhook_name
-    if certs is not None and options.changes_webhook_url:
-        settings.changes_webhook = (options.changes_webhook_url, certs.bundle)
-    elif options.changes_webhook_url and options.changes_webhook_ca:
-        pem = options.changes_webhook_ca.read_bytes()
-        settings.changes_webhook = (options.changes_webhook_url, lambda: pem)
-    if options.redis is not None:
-        # Imported only when configured, like the fact store: redis-py costs about 20 MB.
-        from kubescribe.store.redis_cursors import RedisCursorStore  # noqa: PLC0415
-
-        settings.cursors = RedisCursorStore(options.redis)
-    settings.resolver, settings.request_authors = att.resolver, att.requests
-    settings.attribution_sources = att.sources
-    manager = Manager(client, settings)
+    cursors = wiring.cursor_store(options)
+    manager = wiring.manager(
+        client,
+        settings,
+        resolver=att.resolver,
+        request_authors=att.requests,
+        cursors=cursors,
+        webhook=wiring.changes_webhook(options, certs.bundle if certs is not None else None),
+    )
     if stopper is not None:
         stopper.release_leases_with(manager.release_leases)
     runner = None
@@ -166,6 +162,6 @@ async def run_operator(
             upkeep.cancel()
         if runner is not None:
             await within(runner.cleanup(), _CLOSE_TIMEOUT)
-        await within(settings.cursors.close(), _CLOSE_TIMEOUT)
+        await within(cursors.close(), _CLOSE_TIMEOUT)
         await within(sites.aclose(), _CLOSE_TIMEOUT)
         log.info("operator.stopped")

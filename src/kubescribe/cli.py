@@ -612,8 +612,6 @@ def run(
     from kubescribe.git.quota import parse_size  # noqa: PLC0415
     from kubescribe.server.attribution import AttributionOptions  # noqa: PLC0415
 
-    for many in ("audit_extra_routes", "webhook_client_cns"):
-        attribution[many] = tuple(attribution[many])
     attribution["redis"] = _redis_options(
         attribution.pop("redis_url"),
         attribution.pop("redis_ca_file"),

@@ -23,7 +23,8 @@ from typing import Any
 
 import yaml
 
-from kubescribe.api.models import GROUP, KINDS, VERSION
+from kubescribe.api.models import GROUP, VERSION
+from kubescribe.api.objects import KINDS
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "kubescribe"
 README = CHART / "README.md"

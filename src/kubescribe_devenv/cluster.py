@@ -537,10 +537,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             "clusterDomain": "cluster.local",
             "resolvConf": str(w / "resolv.conf"),
             "serializeImagePulls": False,
-            # Side-loaded images are also pulled from a registry under another name (the release
-            # test). By default (KEP-2535, beta since 1.35) an image the kubelet pulled is bound
-            # to the names and credentials it was pulled with, and a Pod naming the side-loaded
-            # name with `pullPolicy: Never` then fails with ErrImageNeverPull.
+            # The release test pulls a side-loaded image under another name: by default (KEP-2535)
+            # the kubelet then binds it to that name, and `pullPolicy: Never` of the side-loaded
+            # name fails with ErrImageNeverPull.
             "imagePullCredentialsVerificationPolicy": "NeverVerify",
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,  # never collect the imported images

@@ -45,23 +45,8 @@ def test_two_replicas_hand_over_without_loss_or_duplicates(
     assert holder in pods, (holder, pods)
     [standby] = [p for p in pods if p != holder]
 
-    stop = threading.Event()
-    created: list[str] = []
-    last = [0]
-
-    def churn() -> None:
-        i = 0
-        while not stop.is_set():
-            i += 1
-            cluster.kubectl("create", "configmap", f"c-{i}", "-n", ns, f"--from-literal=i={i}")
-            created.append(f"c-{i}")
-            patch = f'{{"data":{{"n":"{i}"}}}}'
-            cluster.kubectl("patch", "configmap", "counter", "-n", ns, "-p", patch)
-            last[0] = i
-            time.sleep(0.2)
-
-    writer_thread = threading.Thread(target=churn)
-    writer_thread.start()
+    churn = Churn(cluster, ns)
+    created = churn.created
     try:
         wait_for(lambda: len(created) >= 5, timeout=30, what="changes flowing")
         t0 = time.monotonic()
@@ -104,13 +89,53 @@ def test_two_replicas_hand_over_without_loss_or_duplicates(
         del successor
         wait_for(lambda: len(created) >= seen + 10, timeout=30, what="changes after the kill")
     finally:
-        stop.set()
-        writer_thread.join()
+        churn.stop()
 
-    final = last[0]
+    every_change_once_in_git(repo, ns, created, churn.last, since=t0)
+    # the Deployment's replacement Pod joined; still exactly one holder
+    wait_for(lambda: len(rel.ready_pods()) == 2, timeout=60, what="two replicas again")
+    assert rel.writer_holders()[writer] in rel.ready_pods()
+    del standby
+
+
+class Churn:
+    """Creates ConfigMap c-<i> and sets the counter to i, about five times a second, on a
+    thread of its own from construction until `stop`."""
+
+    def __init__(self, cluster: Cluster, ns: str) -> None:
+        self.cluster, self.ns = cluster, ns
+        self.created: list[str] = []
+        self.last = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+        self._thread.start()
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            i += 1
+            self.cluster.kubectl(
+                "create", "configmap", f"c-{i}", "-n", self.ns, f"--from-literal=i={i}"
+            )
+            self.created.append(f"c-{i}")
+            patch = f'{{"data":{{"n":"{i}"}}}}'
+            self.cluster.kubectl("patch", "configmap", "counter", "-n", self.ns, "-p", patch)
+            self.last = i
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def every_change_once_in_git(
+    repo: Repo, ns: str, created: list[str], final: int, *, since: float
+) -> None:
+    """The counter's last value and every created ConfigMap are in Git, each added by exactly
+    one commit, on a linear history without empty commits."""
     wait_for(lambda: data_of(repo, ns, "counter") == {"n": str(final)}, timeout=90,
              what=f"counter={final} in Git")  # fmt: skip
-    record("holder killed -> every change in Git", time.monotonic() - t0)
+    record("holder killed -> every change in Git", time.monotonic() - since)
     files = set(repo.remote.files())
     missing = [n for n in created if cm_path(ns, n) not in files]
     assert not missing, f"lost: {missing}"
@@ -122,7 +147,3 @@ def test_two_replicas_hand_over_without_loss_or_duplicates(
     doubled = {p for p in added if added.count(p) > 1}
     assert not doubled, f"added more than once: {sorted(doubled)}"
     assert len(shas) > len(created) / 10
-    # the Deployment's replacement Pod joined; still exactly one holder
-    wait_for(lambda: len(rel.ready_pods()) == 2, timeout=60, what="two replicas again")
-    assert rel.writer_holders()[writer] in rel.ready_pods()
-    del standby

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
-from kubescribe import metrics
+from kubescribe import metrics, wiring
 from kubescribe.controller import desired
 from kubescribe.controller import manager as manager_module
-from kubescribe.controller.desired import Plan
-from kubescribe.controller.manager import Manager, Settings
+from kubescribe.controller.manager import Settings
+from kubescribe.controller.plan import Plan
 from kubescribe.kube.client import KubeClient
 from kubescribe_devenv.controlplane import ControlPlane
 from kubescribe_devenv.gitremote import BareRemote
@@ -102,7 +102,7 @@ async def test_the_reconcile_loop_survives_an_unexpected_error(
     monkeypatch.setattr(manager_module, "compile_plan", compile_plan)
     crashed = _crashed()
     client = await KubeClient.connect(crds.kubeconfig)
-    manager = Manager(client, Settings(cache_dir=tmp_path / "cache"))
+    manager = wiring.manager(client, Settings(cache_dir=tmp_path / "cache"))
     task = asyncio.create_task(manager.run())
     try:
         deadline = asyncio.get_running_loop().time() + 60

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from kubescribe.api import events as ev
-from kubescribe.controller.desired import WorkerKey
+from kubescribe.controller.plan import WorkerKey
 from kubescribe.controller.sharding import rendezvous_owner
 from kubescribe.controller.shards import worker_name
 from kubescribe.net.urls import normalize

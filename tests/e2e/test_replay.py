@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from kubescribe.controller.desired import WorkerKey
+from kubescribe.controller.plan import WorkerKey
 from kubescribe.controller.sharding import rendezvous_owner
 from kubescribe.controller.shards import worker_name
 from kubescribe.net.urls import normalize

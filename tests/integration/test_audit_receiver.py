@@ -18,8 +18,9 @@ from click.testing import CliRunner
 from kubescribe import cli, metrics
 from kubescribe.defaults import DEFAULT_MAX_BODY
 from kubescribe.mirror.authors import Author, ObjectEvent
-from kubescribe.server.attribution import Attribution, AttributionOptions, attribution
+from kubescribe.server.attribution import AttributionOptions
 from kubescribe.store.redis_options import RedisOptions
+from kubescribe.wiring import Attribution, attribution
 from kubescribe_devenv.controlplane import AuditWebhook, ControlPlane, free_port
 from kubescribe_devenv.pki import CertificateAuthority, KeyPair
 from kubescribe_devenv.redis import DEV_HMAC_KEY, RedisServer

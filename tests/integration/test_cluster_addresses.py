@@ -17,7 +17,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from kubescribe.api import conditions as c
 from kubescribe.api.models import ClusterProviderSpec
 from kubescribe.controller.clusters import ClusterProviders, _Cluster
-from kubescribe.controller.desired import ClusterPlan
+from kubescribe.controller.plan import ClusterPlan
 from kubescribe.kube import client as kube_client
 from kubescribe.kube.client import KubeClient
 

@@ -13,6 +13,8 @@ from kubescribe.api.models import (
     DEFAULT_CHANGE_MESSAGE,
     DEFAULT_GROUP_MESSAGE,
     DEFAULT_SNAPSHOT_MESSAGE,
+)
+from kubescribe.api.objects import (
     ClusterWatchRule,
     CommitRequest,
     GitProvider,

@@ -87,6 +87,7 @@ class Resolver:
 
     def __init__(self) -> None:
         self.asked: list[str] = []
+        self.unresolved_streak = 0
         self.answers: dict[str, asyncio.Future[Author | None]] = {}
 
     def answer(self, name: str, author: Author | None) -> None:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from kubescribe.controller.desired import ReadQuestion
+from kubescribe.controller.plan import ReadQuestion
 from kubescribe.controller.tenantreads import TenantReadReviews
 from kubescribe.kube.client import KubeClient
 from kubescribe_devenv.controlplane import ControlPlane

@@ -9,15 +9,13 @@ from pydantic import ValidationError
 
 from kubescribe.api import conditions as c
 from kubescribe.api.models import (
-    ClusterWatchRule,
-    GitProvider,
     GitProviderSpec,
-    GitTarget,
     GitTargetSpec,
     LocalObjectReference,
     ResourceRule,
     WatchRuleSpec,
 )
+from kubescribe.api.objects import ClusterWatchRule, GitProvider, GitTarget
 
 T0 = "2024-01-01T00:00:00Z"
 T1 = "2024-01-01T00:05:00Z"

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from kubescribe.api.crds import crd_manifests
-from kubescribe.api.models import KINDS
+from kubescribe.api.objects import KINDS
 from kubescribe_devenv import chartdoc
 from kubescribe_devenv.manifests import CHART_CRDS, render_crd_template
 

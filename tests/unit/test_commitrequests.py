@@ -22,7 +22,7 @@ from kubescribe.controller.commitrequests import (
     progress_conditions,
     target_problem,
 )
-from kubescribe.controller.desired import Problem, ProviderPlan, TargetPlan
+from kubescribe.controller.plan import Problem, ProviderPlan, TargetPlan
 from kubescribe.mirror.authors import Author
 from kubescribe.mirror.changes import TargetKey
 

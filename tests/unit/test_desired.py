@@ -9,6 +9,7 @@ import pytest
 from kubescribe.api import conditions as c
 from kubescribe.controller import desired
 from kubescribe.controller.desired import WATCHABLE_FROM, compile_plan, source_grants
+from kubescribe.controller.plan import Failure, Problem
 from kubescribe.kube.discovery import Discovered
 from kubescribe.mirror.changes import TargetKey
 from kubescribe.mirror.identity import ResourceType
@@ -445,7 +446,7 @@ def test_a_spec_that_raises_is_reported_on_its_object_and_the_plan_goes_on(
     assert bad.problem is not None
     assert bad.problem.reason == c.SPEC_NOT_EVALUATED
     assert "hostile" not in bad.problem.message
-    assert plan.failures == [desired.Failure("GitProvider", ("evil", "git"), "RuntimeError")]
+    assert plan.failures == [Failure("GitProvider", ("evil", "git"), "RuntimeError")]
     evil_target = plan.targets[TargetKey("evil", "t")]
     assert evil_target.problem is not None
     assert evil_target.problem.reason == c.PROVIDER_NOT_READY
@@ -460,7 +461,7 @@ def test_a_rule_that_raises_adds_no_streams_and_the_others_do(
 
     def source_refusal(
         reader: str, source: str, grants: desired.SourceGrants | None
-    ) -> desired.Problem | None:
+    ) -> Problem | None:
         if reader == "evil":
             raise RecursionError
         return real(reader, source, grants)

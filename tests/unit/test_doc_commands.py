@@ -85,16 +85,9 @@ def parse(args: list[str]) -> None:
         opts, rest, order = command.make_parser(ctx).parse_args(list(args))
         for param in order:
             value = opts.get(param.name or "")
-            values = value if isinstance(value, (list, tuple)) else [value]
-            for item in values:
-                if not isinstance(item, str) or PLACEHOLDER.search(item):
-                    continue  # a placeholder for the reader to fill in
-                if isinstance(param.type, (click.Choice, click.types._NumberRangeBase)):
-                    param.type.convert(item, param, ctx)
-                if param.name in {"metrics_addr", "audit_addr", "webhook_addr"}:
-                    cli._address(ctx, param, item)
-                if param.name == "recipients":
-                    cli._age_recipients(ctx, param, (item,))
+            for item in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(item, str) and not PLACEHOLDER.search(item):  # else the reader's
+                    convert(ctx, param, item)
         if not isinstance(command, click.Group):
             rest = [a for a in rest if not PLACEHOLDER.fullmatch(a)]
             if rest:
@@ -109,6 +102,16 @@ def parse(args: list[str]) -> None:
         if sub is None:
             raise click.UsageError(f"no command {name!r}", ctx)
         command, ctx = sub, click.Context(sub, info_name=name, parent=ctx)
+
+
+def convert(ctx: click.Context, param: click.Parameter, item: str) -> None:
+    """Check a value whose type needs no file or network, as the command line would."""
+    if isinstance(param.type, (click.Choice, click.types._NumberRangeBase)):
+        param.type.convert(item, param, ctx)
+    if param.name in {"metrics_addr", "audit_addr", "webhook_addr"}:
+        cli._address(ctx, param, item)
+    if param.name == "recipients":
+        cli._age_recipients(ctx, param, (item,))
 
 
 def test_the_docs_show_kubescribe_commands() -> None:

@@ -22,13 +22,13 @@ from cryptography.exceptions import InvalidTag
 
 from kubescribe.api.conditions import ENCRYPTION_FAILED, ENCRYPTION_MISSING
 from kubescribe.api.models import SensitiveType
-from kubescribe.controller.desired import Plan
 from kubescribe.controller.encryption import (
     Resolution,
     SopsRenderer,
     _resyncs,
     unencrypted_renderer,
 )
+from kubescribe.controller.plan import Plan
 from kubescribe.controller.streams import StreamSpec
 from kubescribe.git.targets import Encrypting, PlainRenderer, RefusedContent
 from kubescribe.mirror.changes import TargetKey

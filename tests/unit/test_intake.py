@@ -61,6 +61,7 @@ class Resolver:
     def __init__(self) -> None:
         self.events: list[ObjectEvent] = []
         self.answers: dict[str, asyncio.Future[Author | None]] = {}
+        self.unresolved_streak = 0
 
     def answer(self, name: str, author: Author | None) -> None:
         self.answers[name].set_result(author)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubescribe.api import conditions as c
-from kubescribe.controller.desired import Plan, compile_plan
+from kubescribe.controller.desired import compile_plan
 from kubescribe.controller.object_status import (
     UNRESOLVED_ALARM,
     TargetFacts,
@@ -14,6 +14,7 @@ from kubescribe.controller.object_status import (
     rule_conditions,
     target_status,
 )
+from kubescribe.controller.plan import Plan
 from kubescribe.controller.status import Cond
 from kubescribe.git.targets import WriteReport
 from kubescribe.kube.discovery import Discovered

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kubescribe.api import conditions as c
-from kubescribe.controller.desired import ReadQuestion, TenantReads, compile_plan
+from kubescribe.controller.desired import compile_plan
+from kubescribe.controller.plan import ReadQuestion, TenantReads
 from kubescribe.kube.discovery import Discovered
 from kubescribe.mirror.changes import TargetKey
 from kubescribe.mirror.identity import ResourceType

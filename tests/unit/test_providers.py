@@ -10,7 +10,8 @@ from typing import Any
 import pygit2
 import pytest
 
-from kubescribe.controller.desired import Problem, compile_plan, plan_provider
+from kubescribe.controller.desired import compile_plan, plan_provider
+from kubescribe.controller.plan import Problem
 from kubescribe.controller.provider_evidence import NOT_PROBED, Evidence, combine, push_evidence
 from kubescribe.controller.provider_sources import Sources
 from kubescribe.controller.providers import Providers, _State

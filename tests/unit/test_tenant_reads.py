@@ -4,8 +4,9 @@ namespace's ServiceAccount may read, as the plan compiler decides it from the an
 from __future__ import annotations
 
 from kubescribe.api import conditions as c
-from kubescribe.controller.desired import Plan, ReadQuestion, TenantReads, compile_plan
+from kubescribe.controller.desired import compile_plan
 from kubescribe.controller.object_status import rule_conditions
+from kubescribe.controller.plan import Plan, ReadQuestion, TenantReads
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY
 from tests.unit.test_desired import TYPES, obj, provider, target
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import yaml
 
-from kubescribe.api.models import GROUP, KINDS, VERSION, ApiObject
+from kubescribe.api.models import GROUP, VERSION
+from kubescribe.api.objects import KINDS, ApiObject
 
 Schema = dict[str, Any]
 

@@ -194,9 +194,31 @@ def _decode_event(event: object, facts: list[Fact]) -> str | None:
     """Append the facts of one event; return a skip reason instead when it has none."""
     if not isinstance(event, Mapping):
         return SKIP_INVALID
+    verb = _str(event.get("verb"))
+    base = _skip_reason(event, verb) or _base_fact(event, verb)
+    if isinstance(base, str):
+        return base
+    response = event.get("responseObject")
+    response = response if isinstance(response, Mapping) else {}
+    meta = response.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    if verb in WRITE_VERBS:
+        uid, rv = _str(meta.get("uid")), _str(meta.get("resourceVersion"))
+        if not uid or not rv or response.get("kind") == "Status":
+            return SKIP_NO_OBJECT
+        return _append(facts, [_replace(base, uid=uid, resource_version=rv)])
+    if verb == "delete":
+        return _append_delete(facts, base, response, meta)
+    # deletecollection: one window fact, plus one delete fact per object the response lists.
+    return _append(
+        facts, [_replace(base, kind=FACT_COLLECTION, name="", uid=""), *_listed(base, response)]
+    )
+
+
+def _skip_reason(event: Mapping[str, Any], verb: str) -> str | None:
+    """Why a whole event says nothing about a write that happened (None: it may)."""
     if event.get("stage") != "ResponseComplete":
         return SKIP_STAGE
-    verb = _str(event.get("verb"))
     if verb not in WRITE_VERBS and verb not in DELETE_VERBS:
         return SKIP_VERB
     status = event.get("responseStatus")
@@ -206,6 +228,11 @@ def _decode_event(event: object, facts: list[Fact]) -> str | None:
     uri = event.get("requestURI")
     if isinstance(uri, str) and "dryRun=" in uri:
         return SKIP_DRY_RUN
+    return None
+
+
+def _base_fact(event: Mapping[str, Any], verb: str) -> Fact | str:
+    """What every fact of the event shares (who, what, when), or a skip reason."""
     ref = event.get("objectRef")
     if not isinstance(ref, Mapping) or not _str(ref.get("resource")):
         return SKIP_NO_OBJECT
@@ -230,31 +257,28 @@ def _decode_event(event: object, facts: list[Fact]) -> str | None:
     )
     if not base.completed:
         return SKIP_INVALID
-    if not base.received:
-        base = _replace(base, received=base.completed)
-    response = event.get("responseObject")
-    response = response if isinstance(response, Mapping) else {}
-    meta = response.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
-    if verb in WRITE_VERBS:
-        uid, rv = _str(meta.get("uid")), _str(meta.get("resourceVersion"))
-        if not uid or not rv or response.get("kind") == "Status":
-            return SKIP_NO_OBJECT
-        return _append(facts, [_replace(base, uid=uid, resource_version=rv)])
-    if verb == "delete":
-        uid, rv = base.uid, ""
-        if response.get("kind") == "Status":  # immediate delete: details carry the uid
-            details = response.get("details")
-            if isinstance(details, Mapping):
-                uid = _str(details.get("uid")) or uid
-        else:  # the object, still present (finalizers) or as deleted
-            uid = _str(meta.get("uid")) or uid
-            rv = _str(meta.get("resourceVersion"))
-        if not uid and not base.name:
-            return SKIP_NO_OBJECT
-        return _append(facts, [_replace(base, kind=FACT_DELETE, uid=uid, resource_version=rv)])
-    # deletecollection: one window fact, plus one delete fact per object the response lists.
-    found = [_replace(base, kind=FACT_COLLECTION, name="", uid="")]
+    return base if base.received else _replace(base, received=base.completed)
+
+
+def _append_delete(
+    facts: list[Fact], base: Fact, response: Mapping[str, Any], meta: Mapping[str, Any]
+) -> str | None:
+    uid, rv = base.uid, ""
+    if response.get("kind") == "Status":  # immediate delete: details carry the uid
+        details = response.get("details")
+        if isinstance(details, Mapping):
+            uid = _str(details.get("uid")) or uid
+    else:  # the object, still present (finalizers) or as deleted
+        uid = _str(meta.get("uid")) or uid
+        rv = _str(meta.get("resourceVersion"))
+    if not uid and not base.name:
+        return SKIP_NO_OBJECT
+    return _append(facts, [_replace(base, kind=FACT_DELETE, uid=uid, resource_version=rv)])
+
+
+def _listed(base: Fact, response: Mapping[str, Any]) -> list[Fact]:
+    """A delete fact per object a deletecollection response lists."""
+    found = []
     items = response.get("items")
     for item in items if isinstance(items, list) else []:
         item_meta = item.get("metadata") if isinstance(item, Mapping) else None
@@ -269,7 +293,7 @@ def _decode_event(event: object, facts: list[Fact]) -> str | None:
                 uid=_str(item_meta.get("uid")),
             )
         )
-    return _append(facts, found)
+    return found
 
 
 def _append(facts: list[Fact], found: list[Fact]) -> str | None:

@@ -28,8 +28,8 @@ import structlog
 
 from kubescribe.api import conditions as c
 from kubescribe.api.models import ConditionStatus
-from kubescribe.controller.desired import ClusterPlan
 from kubescribe.controller.ownership import secret_data
+from kubescribe.controller.plan import ClusterPlan
 from kubescribe.controller.status import Cond, kstatus
 from kubescribe.kube.client import AddressRefused, ApiError, KubeClient, RateLimit
 from kubescribe.kube.config import (

@@ -38,7 +38,7 @@ from pydantic import ValidationError
 from kubescribe import metrics
 from kubescribe.api import conditions as c
 from kubescribe.api.models import CommitRequestSpec
-from kubescribe.controller.desired import TargetPlan
+from kubescribe.controller.plan import TargetPlan
 from kubescribe.controller.status import Cond, StatusWriter, build_status
 from kubescribe.git.intake import (
     RequestHandle,
@@ -305,7 +305,6 @@ class CommitRequests:
         self,
         client: KubeClient,
         status: StatusWriter,
-        lookup: Callable[[TargetKey], TargetAccess],
         authors: CommitRequestAuthors | None = None,
         *,
         target_grace: float = TARGET_GRACE,
@@ -313,7 +312,7 @@ class CommitRequests:
     ) -> None:
         self.client = client
         self.status = status
-        self.lookup = lookup
+        self.lookup: Callable[[TargetKey], TargetAccess] = lambda _: TargetAccess(None)
         self.authors = authors
         self.target_grace = target_grace
         self.catch_up_timeout = catch_up_timeout
@@ -321,8 +320,10 @@ class CommitRequests:
         self._tasks: dict[ObjectKey, tuple[str, asyncio.Task[None]]] = {}
         self._expiries: dict[ObjectKey, tuple[str, asyncio.Task[None]]] = {}
 
-    async def run(self) -> None:
-        """Until cancelled (then every request task is cancelled too)."""
+    async def run(self, lookup: Callable[[TargetKey], TargetAccess]) -> None:
+        """Until cancelled (then every request task is cancelled too); `lookup` tells what is
+        known of a target (the manager's plan, workers and streams)."""
+        self.lookup = lookup
         try:
             await Informer(self.client, RTYPE, self, prepare=as_is).run()
         finally:

@@ -27,11 +27,27 @@ from kubescribe.api.models import (
     GitTargetSpec,
     WatchRuleSpec,
 )
+from kubescribe.controller.plan import (
+    NO_AUDIT_ROUTE,
+    NOT_EVALUATED,
+    ClusterPlan,
+    Contribution,
+    Failure,
+    ObjKey,
+    Plan,
+    Problem,
+    ProviderPlan,
+    ReadQuestion,
+    RulePlan,
+    TargetPlan,
+    TenantReads,
+    WorkerKey,
+)
 from kubescribe.controller.streams import StreamSpec, merge_operations
 from kubescribe.git.urlpolicy import UrlRefused, check_url
 from kubescribe.kube.discovery import Discovered
 from kubescribe.mirror import messages
-from kubescribe.mirror.changes import PruneMode, TargetKey
+from kubescribe.mirror.changes import TargetKey
 from kubescribe.mirror.ignore import NO_IGNORE, IgnoreRule, InvalidIgnore
 from kubescribe.mirror.layout import (
     DEFAULT_TEMPLATE,
@@ -42,122 +58,11 @@ from kubescribe.mirror.layout import (
 )
 from kubescribe.mirror.layout import paths_overlap as overlap
 from kubescribe.mirror.noise import NoisePolicy
-from kubescribe.mirror.owned import FULL, Content, KeepField
+from kubescribe.mirror.owned import Content, KeepField
 from kubescribe.mirror.window import parse_duration
 from kubescribe.net.urls import normalize
 
 T = TypeVar("T")
-ObjKey = tuple[str, str]  # (namespace, name); namespace '' for cluster-scoped objects
-
-
-Contribution = list[tuple[StreamSpec, list[str]]]  # a rule's streams, with their operations
-
-
-class WorkerKey(NamedTuple):
-    namespace: str
-    url: str  # normalized
-    branch: str
-
-
-@dataclass(frozen=True)
-class Problem:
-    reason: str
-    message: str
-
-
-NOT_EVALUATED = Problem(
-    c.SPEC_NOT_EVALUATED,
-    "The operator could not evaluate this spec (logged as plan.spec_not_evaluated, with the "
-    "object's name); the rest of the plan goes on. Change the spec, and report it as a bug",
-)
-
-
-@dataclass(frozen=True)
-class Failure:
-    """An object whose evaluation raised. `error` is the exception's type: its message may
-    repeat spec values, so it is not kept."""
-
-    kind: str
-    key: ObjKey
-    error: str
-
-
-@dataclass(frozen=True)
-class ProviderPlan:
-    key: ObjKey
-    generation: int
-    spec: GitProviderSpec | None
-    normalized_url: str = ""
-    problem: Problem | None = None
-
-
-@dataclass(frozen=True)
-class ClusterPlan:
-    """A ClusterProvider: valid or why not."""
-
-    name: str
-    generation: int
-    spec: ClusterProviderSpec | None
-    problem: Problem | None = None
-
-    def allows(self, namespace: str) -> bool:
-        allowed = self.spec.allowed_namespaces if self.spec else []
-        return "*" in allowed or namespace in allowed
-
-
-NO_AUDIT_ROUTE = "!none"  # a remote cluster without an audit route: no facts ever match it
-
-
-@dataclass(frozen=True)
-class TargetPlan:
-    key: TargetKey
-    generation: int
-    spec: GitTargetSpec | None
-    provider: ProviderPlan | None = None
-    folder: str = ""
-    layout: Layout = field(default_factory=Layout)
-    problem: Problem | None = None
-    path_problem: Problem | None = None
-    noise: NoisePolicy | None = None  # None: the operator's policy
-    content: Content = FULL
-    ignore: IgnoreRule = NO_IGNORE
-
-    @property
-    def writable(self) -> bool:
-        return (
-            self.problem is None
-            and self.path_problem is None
-            and self.spec is not None
-            and not self.spec.suspend
-        )
-
-    @property
-    def worker_key(self) -> WorkerKey:
-        """One writer per repository and branch within a namespace: a worker pushes and signs
-        only with what its own namespace provides (the trust boundary)."""
-        assert self.provider is not None and self.spec is not None
-        return WorkerKey(self.key.namespace, self.provider.normalized_url, self.spec.branch)
-
-    @property
-    def prune(self) -> PruneMode:
-        return PruneMode(self.spec.prune.mode if self.spec else "Always")
-
-
-@dataclass(frozen=True)
-class RulePlan:
-    kind: str
-    key: ObjKey
-    generation: int
-    target: TargetKey | None
-    resolved: tuple[str, ...] = ()
-    unresolved: tuple[str, ...] = ()
-    problem: Problem | None = None
-    sources: tuple[str, ...] = ()  # the namespaces its streams read (WatchRule)
-    source_problem: Problem | None = None  # a sourceNamespace that was refused
-    reader: str = ""  # the ServiceAccount whose reads were checked ('' = not checked)
-    read_problem: Problem | None = None  # a type that ServiceAccount may not read
-
-
 # --- cross-namespace sources --------------------------------------------------------------
 
 WATCHABLE_FROM = "kubescribe.io/watchable-from"
@@ -200,57 +105,6 @@ def _source_refusal(reader: str, source: str, grants: SourceGrants | None) -> Pr
 
 
 # --- what a WatchRule's namespace may read (--tenant-service-account) ------------------------
-
-
-class ReadQuestion(NamedTuple):
-    """May the tenant ServiceAccount of namespace `reader` list and watch `group`/`resource` in
-    namespace `source`?"""
-
-    reader: str
-    source: str
-    group: str
-    resource: str
-
-
-@dataclass(frozen=True)
-class TenantReads:
-    """A WatchRule mirrors only the types that the ServiceAccount `service_account` of its own
-    namespace may list and watch in the namespace read: the operator's wide read access is
-    never lent to a tenant for more than its own. `answers` come from the API server
-    (SubjectAccessReviews); a question without an answer yet is refused."""
-
-    service_account: str
-    answers: Mapping[ReadQuestion, bool] = field(default_factory=dict)
-
-    def refusal(self, refused: Mapping[ReadQuestion, str]) -> Problem | None:
-        """RuleNotAuthorized for the questions refused (-> the type's name), naming the first."""
-        if not refused:
-            return None
-        (question, gvr), more = next(iter(refused.items())), len(refused) - 1
-        who = f"ServiceAccount {self.service_account!r} of namespace {question.reader!r}"
-        what = f"{gvr} in namespace {question.source!r}"
-        if question in self.answers:
-            message = f"{who} may not list and watch {what}"
-        else:
-            message = f"{who}: whether it may list and watch {what} could not be checked yet"
-        return Problem(
-            c.RULE_NOT_AUTHORIZED,
-            message + (f" (and {more} more)" if more else "") + ": not mirrored",
-        )
-
-
-@dataclass
-class Plan:
-    clusters: dict[str, ClusterPlan] = field(default_factory=dict)
-    providers: dict[ObjKey, ProviderPlan] = field(default_factory=dict)
-    targets: dict[TargetKey, TargetPlan] = field(default_factory=dict)
-    rules: dict[tuple[str, ObjKey], RulePlan] = field(default_factory=dict)
-    streams: dict[str, StreamSpec] = field(default_factory=dict)
-    failures: list[Failure] = field(default_factory=list)
-    read_questions: set[ReadQuestion] = field(default_factory=set)  # with `TenantReads`
-
-    def streams_of(self, target: TargetKey) -> list[StreamSpec]:
-        return [s for s in self.streams.values() if s.target == target]
 
 
 def _key(obj: Mapping[str, Any]) -> ObjKey:
@@ -513,19 +367,49 @@ def compile_plan(
     WatchRule's namespace may read in its own cluster (None: not checked); the questions
     asked of it are in `Plan.read_questions`."""
     plan = Plan()
+    _plan_clusters(plan, cluster_providers)
+    for obj in providers:
+        evaluate = partial(plan_provider, obj, allow_file_urls=allow_file_urls)
+        p = _evaluated(plan, "GitProvider", obj, evaluate, _provider_not_evaluated)
+        if p is not None:
+            plan.providers[p.key] = p
+    _plan_targets(plan, targets, noise)
+    rules = _Rules(plan, discovered, remote_discovered or {}, noise, grants, reads)
+    rules.add("WatchRule", watch_rules, WatchRuleSpec, namespaced=True)
+    rules.add("ClusterWatchRule", cluster_watch_rules, ClusterWatchRuleSpec, namespaced=False)
+    for target_key, cluster in rules.target_cluster.items():
+        if cluster and target_key in plan.targets:
+            t = plan.targets[target_key]
+            layout = dataclasses.replace(t.layout, cluster=cluster)
+            plan.targets[target_key] = dataclasses.replace(t, layout=layout)
+    for stream_key, parts in rules.merged.items():
+        first = parts[0][0]
+        if not plan.targets[first.target].writable:
+            continue
+        plan.streams[stream_key] = StreamSpec(
+            first.target,
+            first.rtype,
+            first.namespace,
+            tuple(p[0].selectors[0] for p in parts),
+            merge_operations([ops for _, ops in parts]),
+            first.cluster,
+            first.audit_route,
+            tuple(s for p in parts for s in p[0].namespace_selectors),
+        )
+    return plan
+
+
+def _plan_clusters(plan: Plan, cluster_providers: Iterable[Mapping[str, Any]]) -> None:
     for obj in cluster_providers:
         cluster_plan = _evaluated(
             plan, "ClusterProvider", obj, partial(plan_cluster, obj), _cluster_not_evaluated
         )
         if cluster_plan is not None:
             plan.clusters[cluster_plan.name] = cluster_plan
-    remote = remote_discovered or {}
-    target_cluster: dict[TargetKey, str] = {}
-    for obj in providers:
-        evaluate = partial(plan_provider, obj, allow_file_urls=allow_file_urls)
-        p = _evaluated(plan, "GitProvider", obj, evaluate, _provider_not_evaluated)
-        if p is not None:
-            plan.providers[p.key] = p
+
+
+def _plan_targets(plan: Plan, targets: Iterable[Mapping[str, Any]], noise: NoisePolicy) -> None:
+    """The GitTargets, overlapping folders refused (the oldest keeps its folder)."""
     evaluated: list[tuple[TargetPlan, Mapping[str, Any]]] = []
     for obj in targets:
         evaluate_target = partial(_plan_target, obj, plan.providers)
@@ -548,10 +432,104 @@ def compile_plan(
             target_plans[i] = dataclasses.replace(tp, problem=NOT_EVALUATED)
     plan.targets = {tp.key: tp for tp in target_plans}
 
-    merged: dict[str, Contribution] = {}
 
-    def plan_rules(
-        kind: str, obj: Mapping[str, Any], spec_type: type[Any], namespaced: bool
+class _Place(NamedTuple):
+    """Where a rule reads: its cluster ('' local), audit route and served types."""
+
+    cluster: str
+    route: str
+    types: list[Discovered]
+
+
+@dataclass
+class _Reading:
+    """One rule being planned: where it reads, and what its entries add up to."""
+
+    key: ObjKey
+    namespaced: bool  # a WatchRule (a ClusterWatchRule reads cluster-scoped types)
+    target: TargetKey
+    noise: NoisePolicy
+    place: _Place
+    checked: TenantReads | None  # what its namespace may read (None: not checked)
+    contribution: Contribution = field(default_factory=list)
+    resolved: list[str] = field(default_factory=list)
+    unresolved: list[str] = field(default_factory=list)
+    sources: set[str] = field(default_factory=set)
+    refused: list[Problem] = field(default_factory=list)
+    not_readable: dict[ReadQuestion, str] = field(default_factory=dict)
+
+    def problem(self, entries: int) -> Problem | None:
+        if not self.resolved and len(self.refused) < entries:
+            missing = sorted(set(self.unresolved))
+            return Problem(
+                c.NO_MATCHING_RESOURCES,
+                "no served resource matches the rules"
+                + (f" (not found: {', '.join(missing)})" if missing else ""),
+            )
+        if self.refused and not self.namespaced:  # a ClusterWatchRule's refusal
+            return self.refused[0]
+        return None
+
+    def plan(self, kind: str, generation: int, entries: int) -> RulePlan:
+        checked = self.checked
+        return RulePlan(
+            kind,
+            self.key,
+            generation,
+            self.target,
+            tuple(sorted(set(self.resolved))),
+            tuple(sorted(set(self.unresolved))),
+            self.problem(entries),
+            tuple(sorted(self.sources)),
+            self.refused[0] if self.refused else None,
+            checked.service_account if checked is not None else "",
+            checked.refusal(self.not_readable) if checked is not None else None,
+        )
+
+
+@dataclass
+class _Rules:
+    """Plans WatchRules and ClusterWatchRules against the plan's targets and clusters: the
+    rule plans into the plan, their streams into `merged`, each target's cluster (the first
+    rule's, rules sorted) into `target_cluster`."""
+
+    plan: Plan
+    discovered: list[Discovered]
+    remote: Mapping[str, list[Discovered]]
+    noise: NoisePolicy
+    grants: SourceGrants | None
+    reads: TenantReads | None
+    target_cluster: dict[TargetKey, str] = field(default_factory=dict)
+    merged: dict[str, Contribution] = field(default_factory=dict)
+
+    def add(
+        self,
+        kind: str,
+        objs: Iterable[Mapping[str, Any]],
+        spec_type: type[Any],
+        *,
+        namespaced: bool,
+    ) -> None:
+        # Sorted, so which rule's cluster a target takes does not depend on arrival order.
+        for obj in sorted(objs, key=_sort_key):
+            evaluated = _evaluated(
+                self.plan,
+                kind,
+                obj,
+                partial(self.rule, kind, obj, spec_type, namespaced),
+                partial(_rule_not_evaluated, kind),
+            )
+            if evaluated is None:
+                continue
+            rule_plan, contribution, claim = evaluated
+            self.plan.rules[(kind, rule_plan.key)] = rule_plan
+            if claim is not None:
+                self.target_cluster.setdefault(*claim)
+            for spec_, operations in contribution:
+                self.merged.setdefault(spec_.key, []).append((spec_, operations))
+
+    def rule(
+        self, kind: str, obj: Mapping[str, Any], spec_type: type[Any], namespaced: bool
     ) -> tuple[RulePlan, Contribution, tuple[TargetKey, str] | None]:
         """The rule's plan, the streams it adds and the cluster it claims for its target;
         only the read questions it asks go into the plan here, so a rule that raises adds no
@@ -563,161 +541,99 @@ def compile_plan(
             return RulePlan(kind, key, gen, None, problem=_invalid(exc)), [], None
         ref = spec.target_ref
         target_key = TargetKey(getattr(ref, "namespace", None) or key[0], ref.name)
-        target = plan.targets.get(target_key)
+        target = self.plan.targets.get(target_key)
         if target is None:
             missing_target = Problem(c.TARGET_NOT_FOUND, f"GitTarget {target_key} not found")
             return RulePlan(kind, key, gen, target_key, problem=missing_target), [], None
-        cluster, route, types = "", "", discovered
+        place = self._place(spec, target_key)
+        if isinstance(place, Problem):
+            return RulePlan(kind, key, gen, target_key, problem=place), [], None
+        checked = self.reads if namespaced and not place.cluster else None
+        reading = _Reading(key, namespaced, target_key, target.noise or self.noise, place, checked)
+        for entry in spec.rules:
+            self._entry(entry, reading)
+        plan = reading.plan(kind, gen, len(spec.rules))
+        return plan, reading.contribution, (target_key, place.cluster)
+
+    def _place(self, spec: Any, target_key: TargetKey) -> _Place | Problem:
+        """The rule's cluster (its target may mirror only one), or why it cannot read there."""
+        place = _Place("", "", self.discovered)
         if spec.cluster_ref is not None:
             cluster = spec.cluster_ref.name
-            problem = _cluster_problem(plan.clusters.get(cluster), target_key.namespace)
-            if problem is None and cluster not in remote:
+            problem = _cluster_problem(self.plan.clusters.get(cluster), target_key.namespace)
+            if problem is None and cluster not in self.remote:
                 problem = Problem(
                     c.CLUSTER_NOT_READY, f"ClusterProvider {cluster!r} has not been reached yet"
                 )
             if problem is not None:
-                return RulePlan(kind, key, gen, target_key, problem=problem), [], None
-            provider_spec = plan.clusters[cluster].spec
+                return problem
+            provider_spec = self.plan.clusters[cluster].spec
             assert provider_spec is not None
-            route, types = provider_spec.audit_route or NO_AUDIT_ROUTE, remote[cluster]
-        if target_cluster.get(target_key, cluster) != cluster:
-            first = target_cluster[target_key] or LOCAL_CLUSTER
-            conflict = Problem(
+            route = provider_spec.audit_route or NO_AUDIT_ROUTE
+            place = _Place(cluster, route, self.remote[cluster])
+        if self.target_cluster.get(target_key, place.cluster) != place.cluster:
+            first = self.target_cluster[target_key] or LOCAL_CLUSTER
+            return Problem(
                 c.CLUSTER_CONFLICT,
                 f"GitTarget {target_key} already mirrors cluster {first!r}: one cluster per "
                 "GitTarget (give each cluster a GitTarget of its own)",
             )
-            return RulePlan(kind, key, gen, target_key, problem=conflict), [], None
-        contribution: Contribution = []
-        resolved: list[str] = []
-        unresolved: list[str] = []
-        sources: set[str] = set()
-        refused: list[Problem] = []
-        checked = reads if namespaced and not cluster else None
-        not_readable: dict[ReadQuestion, str] = {}
-        for rule in spec.rules:
-            namespace = (getattr(rule, "source_namespace", None) or key[0]) if namespaced else ""
-            if namespaced and not cluster:  # a ClusterProvider's grant covers its cluster
-                if (refusal := _source_refusal(key[0], namespace, grants)) is not None:
-                    refused.append(refusal)
-                    continue
-                sources.add(namespace)
-            policy = target.noise or noise
-            items, missing = _resolve(rule, types, namespaced, policy)
-            namespaces = getattr(rule, "namespaces", None)
-            across: list[Discovered] = []
-            if namespaces is not None:  # a ClusterWatchRule reading namespaced types
-                if cluster:
-                    refused.append(
-                        Problem(
-                            c.NAMESPACES_NOT_SUPPORTED,
-                            "namespaces with clusterRef: use WatchRules on the remote cluster",
-                        )
+        return place
+
+    def _entry(self, entry: Any, r: _Reading) -> None:
+        """One entry of the rule's `rules`: the streams it resolves to, or why it is refused."""
+        cluster, route, types = r.place
+        namespace = (getattr(entry, "source_namespace", None) or r.key[0]) if r.namespaced else ""
+        if r.namespaced and not cluster:  # a ClusterProvider's grant covers its cluster
+            if (refusal := _source_refusal(r.key[0], namespace, self.grants)) is not None:
+                r.refused.append(refusal)
+                return
+            r.sources.add(namespace)
+        items, missing = _resolve(entry, types, r.namespaced, r.noise)
+        namespaces = getattr(entry, "namespaces", None)
+        across: list[Discovered] = []
+        if namespaces is not None:  # a ClusterWatchRule reading namespaced types
+            if cluster:
+                r.refused.append(
+                    Problem(
+                        c.NAMESPACES_NOT_SUPPORTED,
+                        "namespaces with clusterRef: use WatchRules on the remote cluster",
                     )
+                )
+                return
+            across, missing_here = _resolve(entry, types, True, r.noise)
+            missing = sorted(set(missing) & set(missing_here))
+        r.unresolved += missing
+        selector = entry.label_selector.model_dump(by_alias=True) if entry.label_selector else None
+        for item in items:
+            r.resolved.append(item.rtype.gvr)
+            if r.checked is not None:
+                question = ReadQuestion(r.key[0], namespace, item.rtype.group, item.rtype.resource)
+                self.plan.read_questions.add(question)
+                if not r.checked.answers.get(question, False):
+                    r.not_readable[question] = item.rtype.gvr
                     continue
-                across, missing_here = _resolve(rule, types, True, policy)
-                missing = sorted(set(missing) & set(missing_here))
-            unresolved += missing
-            selector = (
-                rule.label_selector.model_dump(by_alias=True) if rule.label_selector else None
+            spec_ = StreamSpec(
+                r.target, item.rtype, namespace, (selector,), frozenset(), cluster, route
             )
-            for item in items:
-                resolved.append(item.rtype.gvr)
-                if checked is not None:
-                    question = ReadQuestion(
-                        key[0], namespace, item.rtype.group, item.rtype.resource
-                    )
-                    plan.read_questions.add(question)
-                    if not checked.answers.get(question, False):
-                        not_readable[question] = item.rtype.gvr
-                        continue
-                spec_ = StreamSpec(
-                    target_key, item.rtype, namespace, (selector,), frozenset(), cluster, route
-                )
-                contribution.append((spec_, list(rule.operations)))
-            for item in across:
-                assert namespaces is not None
-                resolved.append(item.rtype.gvr)
-                spec_ = StreamSpec(
-                    target_key,
-                    item.rtype,
-                    "",
-                    (selector,),
-                    frozenset(),
-                    cluster,
-                    route,
-                    (namespaces.model_dump(by_alias=True, exclude_none=True),),
-                )
-                contribution.append((spec_, list(rule.operations)))
-        problem = None
-        if not resolved and len(refused) < len(spec.rules):
-            problem = Problem(
-                c.NO_MATCHING_RESOURCES,
-                "no served resource matches the rules"
-                + (f" (not found: {', '.join(sorted(set(unresolved)))})" if unresolved else ""),
+            r.contribution.append((spec_, list(entry.operations)))
+        for item in across:
+            assert namespaces is not None
+            r.resolved.append(item.rtype.gvr)
+            spec_ = StreamSpec(
+                r.target,
+                item.rtype,
+                "",
+                (selector,),
+                frozenset(),
+                cluster,
+                route,
+                (namespaces.model_dump(by_alias=True, exclude_none=True),),
             )
-        if problem is None and refused and not namespaced:  # a ClusterWatchRule's refusal
-            problem = refused[0]
-        rule_plan = RulePlan(
-            kind,
-            key,
-            gen,
-            target_key,
-            tuple(sorted(set(resolved))),
-            tuple(sorted(set(unresolved))),
-            problem,
-            tuple(sorted(sources)),
-            refused[0] if refused else None,
-            checked.service_account if checked is not None else "",
-            checked.refusal(not_readable) if checked is not None else None,
-        )
-        return rule_plan, contribution, (target_key, cluster)
+            r.contribution.append((spec_, list(entry.operations)))
 
-    def rule_not_evaluated(
-        kind: str, key: ObjKey, generation: int
-    ) -> tuple[RulePlan, Contribution, None]:
-        return RulePlan(kind, key, generation, None, problem=NOT_EVALUATED), [], None
 
-    rule_kinds: tuple[tuple[str, Iterable[Mapping[str, Any]], type[Any], bool], ...] = (
-        ("WatchRule", watch_rules, WatchRuleSpec, True),
-        ("ClusterWatchRule", cluster_watch_rules, ClusterWatchRuleSpec, False),
-    )
-    for kind, objs, spec_type, namespaced in rule_kinds:
-        # Sorted, so which rule's cluster a target takes does not depend on arrival order.
-        for obj in sorted(objs, key=_sort_key):
-            evaluated_rule = _evaluated(
-                plan,
-                kind,
-                obj,
-                partial(plan_rules, kind, obj, spec_type, namespaced),
-                partial(rule_not_evaluated, kind),
-            )
-            if evaluated_rule is None:
-                continue
-            rule_plan, contribution, claim = evaluated_rule
-            plan.rules[(kind, rule_plan.key)] = rule_plan
-            if claim is not None:
-                target_cluster.setdefault(*claim)
-            for spec_, operations in contribution:
-                merged.setdefault(spec_.key, []).append((spec_, operations))
-    for target_key, cluster in target_cluster.items():
-        if cluster and target_key in plan.targets:
-            t = plan.targets[target_key]
-            layout = dataclasses.replace(t.layout, cluster=cluster)
-            plan.targets[target_key] = dataclasses.replace(t, layout=layout)
-
-    for stream_key, parts in merged.items():
-        first = parts[0][0]
-        if not plan.targets[first.target].writable:
-            continue
-        plan.streams[stream_key] = StreamSpec(
-            first.target,
-            first.rtype,
-            first.namespace,
-            tuple(p[0].selectors[0] for p in parts),
-            merge_operations([ops for _, ops in parts]),
-            first.cluster,
-            first.audit_route,
-            tuple(s for p in parts for s in p[0].namespace_selectors),
-        )
-    return plan
+def _rule_not_evaluated(
+    kind: str, key: ObjKey, generation: int
+) -> tuple[RulePlan, Contribution, None]:
+    return RulePlan(kind, key, generation, None, problem=NOT_EVALUATED), [], None

@@ -41,9 +41,9 @@ import structlog
 
 from kubescribe.api import conditions as c
 from kubescribe.api.models import EncryptionSpec, GitTargetSpec
-from kubescribe.controller.desired import Plan, TargetPlan
 from kubescribe.controller.keysecrets import SecretUnavailable, read_object, write_generated
 from kubescribe.controller.ownership import created_by_kubescribe, not_ours_message
+from kubescribe.controller.plan import Plan, TargetPlan
 from kubescribe.controller.status import Cond
 from kubescribe.git.targets import RefusedContent
 from kubescribe.kube.client import KubeClient

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,15 +21,7 @@ from kubescribe.api import events as ev
 from kubescribe.controller.clusters import ClusterProviders
 from kubescribe.controller.commitrequests import CommitRequests, TargetAccess
 from kubescribe.controller.cursors import CursorKeeper
-from kubescribe.controller.desired import (
-    Failure,
-    Plan,
-    RulePlan,
-    TargetPlan,
-    WorkerKey,
-    compile_plan,
-    source_grants,
-)
+from kubescribe.controller.desired import compile_plan, source_grants
 from kubescribe.controller.encryption import EncryptionResolver
 from kubescribe.controller.events import EventRecorder
 from kubescribe.controller.object_status import (
@@ -38,7 +30,7 @@ from kubescribe.controller.object_status import (
     rule_conditions,
     target_status,
 )
-from kubescribe.controller.owner import ClusterRoleOwner
+from kubescribe.controller.plan import Failure, Plan, RulePlan, TargetPlan, WorkerKey
 from kubescribe.controller.providers import Providers
 from kubescribe.controller.shards import Shards
 from kubescribe.controller.status import (
@@ -56,15 +48,13 @@ from kubescribe.git.worker import BranchWorker
 from kubescribe.kube.client import ApiError, KubeClient
 from kubescribe.kube.discovery import Discovered, discover
 from kubescribe.kube.informer import Informer, ObjectKey, as_is
-from kubescribe.kube.leases import LeaseClient
-from kubescribe.mirror.authors import AttributionMode, AuthorResolver, CommitRequestAuthors
+from kubescribe.mirror.authors import AttributionMode, AuthorResolver
 from kubescribe.mirror.changes import Cursor, TargetKey
 from kubescribe.mirror.identity import ResourceType
 from kubescribe.mirror.layout import LOCAL_CLUSTER
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY, NoisePolicy
 from kubescribe.mirror.owned import FULL, Content
 from kubescribe.mirror.window import WindowPolicy, parse_duration
-from kubescribe.store.cursors import CursorStore, NoCursorStore
 from kubescribe.waits import wait_event, within
 
 log = structlog.get_logger(__name__)
@@ -92,26 +82,24 @@ DISCOVERY_TRIGGERS = (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class Settings:
+    """What the operator is configured with (the `kubescribe run` flags), built once by the
+    composition root (`kubescribe.app`), which builds every collaborator from it."""
+
     cache_dir: Path
     discovery_grace: float = 60.0
     discovery_interval: float = 300.0
     noise: NoisePolicy = DEFAULT_NOISE_POLICY
-    resolver: AuthorResolver | None = None  # audit attribution (attributed-author)
-    request_authors: CommitRequestAuthors | None = None  # who created each CommitRequest
     allow_file_urls: bool = False
     probe_interval: float = 300.0
     credentials_refresh: float = 10.0
     cross_namespace_sources: bool = True  # False: refuse every WatchRule sourceNamespace elsewhere
-    cursors: CursorStore = field(default_factory=NoCursorStore)  # resume cursors (Redis: HA)
     replica_id: str = ""  # set: share the branch writers with other replicas through Leases
     lease_namespace: str = "default"
     lease_duration: float = 10.0
     allow_insecure_cluster_tls: bool = False  # ClusterProvider kubeconfigs without TLS checks
-    # (URL, current CA bundle PEM): register it for attribution
-    changes_webhook: tuple[str, Callable[[], bytes]] | None = None
-    changes_webhook_name: str = WEBHOOK_NAME  # its ValidatingWebhookConfiguration
+    changes_webhook_name: str = WEBHOOK_NAME  # the change webhook's ValidatingWebhookConfiguration
     # set: what the operator creates cluster-wide is owned by this ClusterRole (helm uninstall)
     owner_cluster_role: str = ""
     attribution_sources: tuple[str, ...] = ()  # audit, admission: what can name authors
@@ -120,6 +108,24 @@ class Settings:
     # set: a WatchRule mirrors only what this ServiceAccount of its namespace may read
     tenant_service_account: str = ""
     shutdown_timeout: float = 8.0  # seconds from SIGTERM to released Leases (see shutdown)
+
+
+@dataclass(frozen=True)
+class Parts:
+    """The manager's collaborators, built by the composition root (`kubescribe.wiring`)."""
+
+    poke: asyncio.Event  # set by whatever changes the plan's inputs: reconcile soon
+    events: EventRecorder
+    status: StatusWriter
+    providers: Providers
+    clusters: ClusterProviders
+    encryption: EncryptionResolver
+    requests: CommitRequests
+    cursors: CursorKeeper
+    shards: Shards | None = None  # several replicas share the writers
+    webhook: ChangeWebhook | None = None  # the change webhook's registration
+    tenant_reads: TenantReadReviews | None = None  # --tenant-service-account
+    resolver: AuthorResolver | None = None  # audit attribution (attributed-author)
 
 
 class _Cache:
@@ -161,13 +167,12 @@ class _Running:
 class Manager:
     client: KubeClient
     settings: Settings
+    parts: Parts
     plan: Plan = field(default_factory=Plan)
 
     def __post_init__(self) -> None:
-        client = self.client
-        self._poke = asyncio.Event()
-        self._caches = {kind: _Cache(self._poke) for kind in OWN_TYPES}
-        self._namespaces = _Cache(self._poke)
+        self._caches = {kind: _Cache(self.parts.poke) for kind in OWN_TYPES}
+        self._namespaces = _Cache(self.parts.poke)
         self._discovery_poke = asyncio.Event()
         self._discovered: dict[tuple[str, str, str], tuple[Discovered, float]] = {}
         self._streams: dict[str, _Running] = {}
@@ -175,61 +180,13 @@ class Manager:
         self._stopping: dict[WorkerKey, asyncio.Task[None]] = {}
         self._namespace_caches: dict[str, NamespaceCache] = {}
         self._relist: set[str] = set()  # streams to list afresh, not resume from a cursor
-        self._cursors = CursorKeeper(self.settings.cursors)
-        self._shards: Shards | None = None
-        if self.settings.replica_id:
-            self._shards = Shards(
-                LeaseClient(client, self.settings.lease_namespace),
-                self.settings.replica_id,
-                duration=self.settings.lease_duration,
-                renew_every=self.settings.lease_duration / 5,
-                on_change=self._poke.set,
-            )
         self._owned: frozenset[WorkerKey] = frozenset()
         self._plan_failures: frozenset[Failure] = frozenset()
-        self._webhook = (
-            ChangeWebhook(
-                client,
-                *self.settings.changes_webhook,
-                name=self.settings.changes_webhook_name,
-                owner=(
-                    ClusterRoleOwner(client, self.settings.owner_cluster_role)
-                    if self.settings.owner_cluster_role
-                    else None
-                ),
-            )
-            if self.settings.changes_webhook
-            else None
-        )
-        self._tenant_reads = (
-            TenantReadReviews(client, self.settings.tenant_service_account)
-            if self.settings.tenant_service_account
-            else None
-        )
-        self._clusters = ClusterProviders(
-            client,
-            allow_insecure=self.settings.allow_insecure_cluster_tls,
-            on_change=self._poke.set,
-        )
         self._reports: dict[TargetKey, WriteReport] = {}
         self._readiness: dict[str, str] = {}  # target -> "<Ready status>/<reason>" exported
         metrics.CACHE_QUOTA.set(self.settings.cache_quota)
         self._tasks: list[asyncio.Task[None]] = []
         self._cursor_task: asyncio.Task[None] | None = None
-        self._events = EventRecorder(client, self.settings.replica_id)
-        self._status = StatusWriter(client, self._events)
-        self._requests = CommitRequests(
-            client, self._status, self._target_access, self.settings.request_authors
-        )
-        self._encryption = EncryptionResolver(client)
-        self._providers = Providers(
-            client,
-            cache_dir=self.settings.cache_dir,
-            allow_file_urls=self.settings.allow_file_urls,
-            refresh_interval=self.settings.credentials_refresh,
-            probe_interval=self.settings.probe_interval,
-            on_change=self._poke.set,
-        )
         self.synced = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -248,19 +205,19 @@ class Manager:
                 for rtype in DISCOVERY_TRIGGERS
             ]
             self._tasks = [asyncio.create_task(i.run()) for i in own + triggers]
-            self._tasks.append(asyncio.create_task(self._requests.run()))
+            self._tasks.append(asyncio.create_task(self.parts.requests.run(self._target_access)))
             # Not in _tasks: shutdown stops it only after the last cursors are saved.
-            self._cursor_task = asyncio.create_task(self._cursors.run())
+            self._cursor_task = asyncio.create_task(self.parts.cursors.run())
             # The first plan needs the served types, this replica's place among the others
             # (join before it: writers spread at once) and a snapshot of each own type: ask
             # the API server for all of them at once.
             first = [self._refresh_discovery(), *(i.synced.wait() for i in own)]
-            if self._shards is not None:
-                first.append(self._shards.tick())
+            if self.parts.shards is not None:
+                first.append(self.parts.shards.tick())
             await _all(first)
             self._tasks.append(asyncio.create_task(self._discovery_loop()))
-            if self._shards is not None:
-                self._tasks.append(asyncio.create_task(self._shards.run()))
+            if self.parts.shards is not None:
+                self._tasks.append(asyncio.create_task(self.parts.shards.run()))
             crashes = 0
             while True:
                 try:
@@ -278,8 +235,8 @@ class Manager:
                     metrics.RECONCILE_ERRORS.labels("crashed").inc()
                     log.exception("reconcile.crashed", attempt=crashes)
                     await asyncio.sleep(min(_CRASH_BACKOFF_MAX, 0.5 * 2 ** min(crashes, 8)))
-                await wait_event(self._poke, 10)
-                self._poke.clear()
+                await wait_event(self.parts.poke, 10)
+                self.parts.poke.clear()
                 await asyncio.sleep(0.05)  # coalesce bursts of object events
         finally:
             await self.shutdown()
@@ -309,14 +266,14 @@ class Manager:
             asyncio.gather(*stops, *handovers, return_exceptions=True),
             flush_by - time.monotonic(),
         )
-        saved = await self._cursors.flush(
+        saved = await self.parts.cursors.flush(
             timeout=max(0.1, deadline - reserve / 2 - time.monotonic())
         )
         if self._cursor_task is not None:
             self._cursor_task.cancel()
         await self.release_leases(max(0.5, deadline - time.monotonic()))
-        self._providers.close()
-        await self._clusters.close()
+        self.parts.providers.close()
+        await self.parts.clusters.close()
         log.info(
             "operator.shutdown",
             seconds=round(time.monotonic() - started, 3),
@@ -328,7 +285,7 @@ class Manager:
     async def release_leases(self, timeout: float) -> None:
         """Release every writer Lease and leave the membership (also the last resort of a
         shutdown that overran: see kubescribe.stopping)."""
-        if self._shards is not None and not await within(self._shards.stop(), timeout):
+        if self.parts.shards is not None and not await within(self.parts.shards.stop(), timeout):
             log.warning("operator.leases_not_released", reason="the API server did not answer")
 
     # -- discovery -------------------------------------------------------------------------
@@ -342,7 +299,7 @@ class Manager:
             except Exception as exc:
                 log.warning("discovery.failed", error=str(exc))
                 continue
-            self._poke.set()
+            self.parts.poke.set()
 
     async def _refresh_discovery(self) -> None:
         now = time.monotonic()
@@ -362,28 +319,30 @@ class Manager:
     # -- reconcile -------------------------------------------------------------------------
     async def _reconcile(self) -> None:
         plan = self._compile()
-        if self._tenant_reads is not None:
-            plan = await self._with_read_answers(self._tenant_reads, plan)
+        if self.parts.tenant_reads is not None:
+            plan = await self._with_read_answers(self.parts.tenant_reads, plan)
         self.plan = plan
         self._report_plan_failures()
-        self._clusters.sync(self.plan.clusters)
-        await self._providers.sync(self.plan.providers)
-        self._providers.gate(self.plan)  # no credentials or signing key: the targets wait
-        await self._encryption.refresh(self.plan)
+        self.parts.clusters.sync(self.plan.clusters)
+        await self.parts.providers.sync(self.plan.providers)
+        self.parts.providers.gate(self.plan)  # no credentials or signing key: the targets wait
+        await self.parts.encryption.refresh(self.plan)
         self._apply_workers()
-        for key in self._encryption.take_resyncs():  # re-list: refused documents can be written
+        for (
+            key
+        ) in self.parts.encryption.take_resyncs():  # re-list: refused documents can be written
             if (running := self._streams.pop(key, None)) is not None:
                 running.task.cancel()
-                self._cursors.drop(key)
+                self.parts.cursors.drop(key)
                 self._relist.add(key)  # a saved cursor would skip what was refused
         await self._apply_streams()
         owned = frozenset(self._workers)
         if owned != self._owned:
             self._owned = owned
             metrics.OWNED_WRITERS.set(len(owned))
-            self._requests.reconsider()
-        if self._webhook is not None and self._speaks_for("webhook/attribution"):
-            await self._webhook.sync(self.plan.streams.values())
+            self.parts.requests.reconsider()
+        if self.parts.webhook is not None and self._speaks_for("webhook/attribution"):
+            await self.parts.webhook.sync(self.plan.streams.values())
         # A stream the operator may not list (WatchForbidden, in the target's status) does not
         # hold readiness back: it needs an RBAC change, not a restart.
         self.synced = all(
@@ -435,8 +394,8 @@ class Manager:
                 else None
             ),
             cluster_providers=caches["ClusterProvider"].objects.values(),
-            remote_discovered=self._clusters.discovered(),
-            reads=self._tenant_reads.known() if self._tenant_reads is not None else None,
+            remote_discovered=self.parts.clusters.discovered(),
+            reads=self.parts.tenant_reads.known() if self.parts.tenant_reads is not None else None,
         )
 
     def _apply_workers(self) -> None:
@@ -444,71 +403,82 @@ class Manager:
         for target in self.plan.targets.values():
             if target.writable:
                 by_worker.setdefault(target.worker_key, []).append(target)
-        shards = self._shards
+        shards = self.parts.shards
         if shards is not None:
             shards.want(by_worker)
-        for key, worker in list(self._workers.items()):
-            handover = shards is not None and shards.handing_over(key)
-            lost = shards is not None and not shards.owns(key)
-            if key not in by_worker or handover or lost:
-                del self._workers[key]
-                self._providers.drop_worker(key)
-                if handover:
-                    stopping = self._hand_over(key, worker)
-                elif lost:  # another replica writes it now: write nothing more
-                    self._writer_event(
-                        key,
-                        "Warning",
-                        ev.WRITER_LOST,
-                        f"Replica {self.settings.replica_id} lost the Lease of branch"
-                        f" {key.branch} (not renewed in time, or taken): it stopped writing at"
-                        " once; the new owner writes what it had not pushed",
-                    )
-                    stopping = worker.abandon()
-                else:
-                    stopping = _stop(worker)
-                task = asyncio.create_task(stopping)
-                task.add_done_callback(lambda _: self._poke.set())
-                self._stopping[key] = task
-                self._tasks.append(task)
+        self._retire_workers(by_worker)
         for key, targets in by_worker.items():
             if shards is not None and (not shards.owns(key) or shards.handing_over(key)):
                 continue  # another replica writes this branch
             if key in self._stopping and not self._stopping[key].done():
                 continue  # its previous worker is still writing out (same clone)
             self._stopping.pop(key, None)
-            existing = self._workers.get(key)
-            provider = targets[0].provider
-            assert provider is not None and provider.spec is not None
-            if existing is None:
-                committer = provider.spec.commit.committer
-                worker = BranchWorker(
-                    url=provider.spec.url,
-                    branch=key.branch,
-                    # Each namespace keeps its own clone: nothing one writes is another's base.
-                    cache_dir=self._namespace_cache(key.namespace).directory,
-                    cache_quota=self._namespace_cache(key.namespace),
-                    committer=Committer(committer.name, committer.email),
-                    on_report=self._on_report,
-                    on_pushed=self._on_pushed,
-                    resolver=self.settings.resolver,
-                    callbacks=self._providers.callbacks(key, provider.spec.url),
-                )
-                self._workers[key] = worker
-                self._providers.assign(key, [t.provider.key for t in targets if t.provider], worker)
-                worker.start()
-                if shards is not None:
-                    self._writer_event(
-                        key,
-                        "Normal",
-                        ev.WRITER_ACQUIRED,
-                        f"Replica {self.settings.replica_id} writes branch {key.branch} now"
-                        f" (replicas: {len(shards.members)})",
-                    )
-            else:
-                worker = existing
+            worker = self._workers.get(key)
+            if worker is None:
+                worker = self._start_worker(key, targets)
             worker.configure([self._target_config(t) for t in targets])
-            self._providers.assign(key, [t.provider.key for t in targets if t.provider], worker)
+            self.parts.providers.assign(
+                key, [t.provider.key for t in targets if t.provider], worker
+            )
+
+    def _retire_workers(self, by_worker: Mapping[WorkerKey, list[TargetPlan]]) -> None:
+        """Stop the workers of branches no longer written here: hand over, abandon (Lease
+        lost) or write out (no target left)."""
+        shards = self.parts.shards
+        for key, worker in list(self._workers.items()):
+            handover = shards is not None and shards.handing_over(key)
+            lost = shards is not None and not shards.owns(key)
+            if key in by_worker and not handover and not lost:
+                continue
+            del self._workers[key]
+            self.parts.providers.drop_worker(key)
+            if handover:
+                stopping = self._hand_over(key, worker)
+            elif lost:  # another replica writes it now: write nothing more
+                self._writer_event(
+                    key,
+                    "Warning",
+                    ev.WRITER_LOST,
+                    f"Replica {self.settings.replica_id} lost the Lease of branch"
+                    f" {key.branch} (not renewed in time, or taken): it stopped writing at"
+                    " once; the new owner writes what it had not pushed",
+                )
+                stopping = worker.abandon()
+            else:
+                stopping = _stop(worker)
+            task = asyncio.create_task(stopping)
+            task.add_done_callback(lambda _: self.parts.poke.set())
+            self._stopping[key] = task
+            self._tasks.append(task)
+
+    def _start_worker(self, key: WorkerKey, targets: list[TargetPlan]) -> BranchWorker:
+        provider = targets[0].provider
+        assert provider is not None and provider.spec is not None
+        committer = provider.spec.commit.committer
+        worker = BranchWorker(
+            url=provider.spec.url,
+            branch=key.branch,
+            # Each namespace keeps its own clone: nothing one writes is another's base.
+            cache_dir=self._namespace_cache(key.namespace).directory,
+            cache_quota=self._namespace_cache(key.namespace),
+            committer=Committer(committer.name, committer.email),
+            on_report=self._on_report,
+            on_pushed=self._on_pushed,
+            resolver=self.parts.resolver,
+            callbacks=self.parts.providers.callbacks(key, provider.spec.url),
+        )
+        self._workers[key] = worker
+        self.parts.providers.assign(key, [t.provider.key for t in targets if t.provider], worker)
+        worker.start()
+        if self.parts.shards is not None:
+            self._writer_event(
+                key,
+                "Normal",
+                ev.WRITER_ACQUIRED,
+                f"Replica {self.settings.replica_id} writes branch {key.branch} now"
+                f" (replicas: {len(self.parts.shards.members)})",
+            )
+        return worker
 
     def _namespace_cache(self, namespace: str) -> NamespaceCache:
         """The folder of a namespace's clones and its quota, one for all its workers."""
@@ -523,18 +493,18 @@ class Manager:
 
     async def _hand_over(self, key: WorkerKey, worker: BranchWorker) -> None:
         """Write and push what the worker holds, save its cursors, then let the Lease go."""
-        assert self._shards is not None
+        assert self.parts.shards is not None
         started = time.monotonic()
         await worker.stop(timeout=20)
-        await self._cursors.flush()
-        await self._shards.release(key)
+        await self.parts.cursors.flush()
+        await self.parts.shards.release(key)
         metrics.HANDOVER.observe(time.monotonic() - started)
         self._writer_event(
             key,
             "Normal",
             ev.WRITER_HANDED_OVER,
-            f"Replica {self._shards.identity} handed branch {key.branch} over to another replica"
-            f" (the replicas changed) after writing what it held, in"
+            f"Replica {self.parts.shards.identity} handed branch {key.branch} over to another"
+            f" replica (the replicas changed) after writing what it held, in"
             f" {time.monotonic() - started:.1f}s",
         )
         log.info("writer.handed_over", branch=key.branch, seconds=time.monotonic() - started)
@@ -548,7 +518,7 @@ class Manager:
             folder=target.folder,
             layout=target.layout,
             prune=target.prune,
-            renderer=self._encryption.renderer(target.key),
+            renderer=self.parts.encryption.renderer(target.key),
             change_template=messages.change,
             snapshot_template=messages.snapshot,
             group_template=messages.group,
@@ -577,8 +547,8 @@ class Manager:
         plan = self.plan.targets.get(key)
         if plan is None or not plan.writable:
             return TargetAccess(plan)
-        if self._shards is not None and plan.worker_key not in self._workers:
-            return TargetAccess(plan, elsewhere=not self._shards.owns(plan.worker_key))
+        if self.parts.shards is not None and plan.worker_key not in self._workers:
+            return TargetAccess(plan, elsewhere=not self.parts.shards.owns(plan.worker_key))
         informers = [
             self._streams[s.key].informer
             for s in self.plan.streams_of(key)
@@ -619,7 +589,7 @@ class Manager:
             ):
                 running.task.cancel()
                 del self._streams[key]
-                self._cursors.drop(key)
+                self.parts.cursors.drop(key)
                 if relist:
                     self._relist.add(key)  # never resume from a cursor saved before
         for key, spec in wanted.items():
@@ -631,7 +601,7 @@ class Manager:
                 spec,
                 target.noise or self.settings.noise,
                 worker.submit,
-                ack_now=self._cursors.acked_at_once,
+                ack_now=self.parts.cursors.acked_at_once,
                 admitted=admitted[key],
                 room=worker.room,
                 content=target.content,
@@ -641,10 +611,10 @@ class Manager:
                 self._relist.discard(key)
             else:
                 try:
-                    resume = await self.settings.cursors.load(key, sink.fingerprint)
+                    resume = await self.parts.cursors.store.load(key, sink.fingerprint)
                 except Exception as exc:  # the store is down: list afresh, always right
                     log.warning("cursor.load_failed", error=str(exc) or type(exc).__name__)
-            sink.journal = self._cursors.journal(key, sink.fingerprint)
+            sink.journal = self.parts.cursors.journal(key, sink.fingerprint)
             client = self._client_of(spec)
             assert client is not None
             informer = Informer(
@@ -656,7 +626,7 @@ class Manager:
                 label_selector=spec.server_selector,
                 resume_from=resume.resource_version if resume else None,
                 known=resume.known if resume else (),
-                on_access=self._poke.set,
+                on_access=self.parts.poke.set,
                 on_stale=sink.on_stale,
             )
             self._streams[key] = _Running(
@@ -671,7 +641,7 @@ class Manager:
 
     def _client_of(self, spec: StreamSpec) -> KubeClient | None:
         """The client of a stream's cluster (None: a remote cluster not reached yet)."""
-        return self._clusters.client_of(spec.cluster) if spec.cluster else self.client
+        return self.parts.clusters.client_of(spec.cluster) if spec.cluster else self.client
 
     def _writer_event(self, key: WorkerKey, type_: str, reason: str, message: str) -> None:
         """An Event on each GitTarget written through the writer `key`."""
@@ -679,7 +649,7 @@ class Manager:
             if target.writable and target.worker_key == key:
                 obj = self._caches["GitTarget"].objects.get((target.key.namespace, target.key.name))
                 if obj is not None:
-                    self._events.post(obj, type_, reason, message, "Write")
+                    self.parts.events.post(obj, type_, reason, message, "Write")
 
     def _on_report(self, report: WriteReport) -> None:
         previous = self._reports.get(report.target)
@@ -689,15 +659,15 @@ class Manager:
         obj = self._caches["GitTarget"].objects.get((report.target.namespace, report.target.name))
         if obj is not None:
             for notice in report.notices:
-                self._events.post(obj, notice.type, notice.reason, notice.message, "Write")
+                self.parts.events.post(obj, notice.type, notice.reason, notice.message, "Write")
         target = self.plan.targets.get(report.target)
         if target is not None and target.writable:
-            self._providers.record_report(target.worker_key, report)
-        self._poke.set()
+            self.parts.providers.record_report(target.worker_key, report)
+        self.parts.poke.set()
 
     def _on_pushed(self, cursors: list[Cursor]) -> None:
         """The ack: these changes are in Git, so their streams' cursors may move."""
-        self._cursors.acked(cursors)
+        self.parts.cursors.acked(cursors)
 
     # -- status ----------------------------------------------------------------------------
     async def _write_statuses(self) -> None:
@@ -706,13 +676,13 @@ class Manager:
             p = plan.providers.get(key)
             if p is None or not self._speaks_for(f"GitProvider/{key[0]}/{key[1]}"):
                 continue
-            conds, extra = self._providers.status(p)
-            await self._status.write(obj, "gitproviders", conds, extra)
+            conds, extra = self.parts.providers.status(p)
+            await self.parts.status.write(obj, "gitproviders", conds, extra)
         for (_, name), obj in list(caches["ClusterProvider"].objects.items()):
             cluster = plan.clusters.get(name)
             if cluster is not None and self._speaks_for(f"ClusterProvider/{name}"):
-                conds, extra = self._clusters.status(cluster)
-                await self._status.write(obj, "clusterproviders", conds, extra)
+                conds, extra = self.parts.clusters.status(cluster)
+                await self.parts.status.write(obj, "clusterproviders", conds, extra)
         readiness: dict[str, str] = {}
         for (ns, name), obj in list(caches["GitTarget"].objects.items()):
             t = plan.targets.get(TargetKey(ns, name))
@@ -720,7 +690,7 @@ class Manager:
                 conds, extra = self._target_status(t)
                 ready = next(x for x in conds if x.type == c.READY)
                 readiness[str(t.key)] = f"{ready.status}/{ready.reason}"
-                await self._status.write(obj, "gittargets", conds, extra)
+                await self.parts.status.write(obj, "gittargets", conds, extra)
         self._export_readiness(readiness)
         for kind, plural in (
             ("WatchRule", "watchrules"),
@@ -740,7 +710,7 @@ class Manager:
                     for d in domain
                     if d.type != c.STREAMS_RUNNING or d.reason == c.WATCH_FORBIDDEN
                 ]
-                await self._status.write(
+                await self.parts.status.write(
                     obj,
                     plural,
                     domain + kstatus(counted, progressing=None),
@@ -776,15 +746,15 @@ class Manager:
 
     def _speaks_for(self, name: str) -> bool:
         """Whether this replica writes the status of an object no writer Lease covers."""
-        return self._shards is None or self._shards.mine(name)
+        return self.parts.shards is None or self.parts.shards.mine(name)
 
     def _writes_status_of(self, t: TargetPlan) -> bool:
         """A GitTarget's status comes from the replica that writes it (its writer's owner)."""
-        if self._shards is None:
+        if self.parts.shards is None:
             return True
         if t.writable:
             return t.worker_key in self._workers
-        return self._shards.mine(f"GitTarget/{t.key}")
+        return self.parts.shards.mine(f"GitTarget/{t.key}")
 
     def _target_status(self, t: TargetPlan) -> tuple[list[Cond], dict[str, Any]]:
         streams = [
@@ -793,7 +763,7 @@ class Manager:
         facts = TargetFacts(
             streams=len(streams),
             synced=sum(1 for r in streams if r.informer.synced.is_set()),
-            owner=self._shards.identity if self._shards is not None else None,
+            owner=self.parts.shards.identity if self.parts.shards is not None else None,
         )
         if t.writable:
             cluster = t.layout.cluster if t.layout.cluster != LOCAL_CLUSTER else ""
@@ -802,14 +772,14 @@ class Manager:
                 facts,
                 resumed=all(r.informer.resumed for r in streams),
                 streams_running=streams_condition(streams),
-                reachable=self._clusters.reachable(cluster) if cluster else None,
+                reachable=self.parts.clusters.reachable(cluster) if cluster else None,
                 attributed=attribution_condition(
                     t,
                     self.settings.attribution_sources,
-                    int(getattr(self.settings.resolver, "unresolved_streak", 0)),
+                    self.parts.resolver.unresolved_streak if self.parts.resolver is not None else 0,
                 ),
-                encryption=self._encryption.conditions(t.key),
-                encryption_status=self._encryption.status(t.key),
+                encryption=self.parts.encryption.conditions(t.key),
+                encryption_status=self.parts.encryption.status(t.key),
                 report=self._reports.get(t.key),
                 render_check_unavailable=kustomize is not None
                 and kustomize.render_check_unavailable,

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubescribe.api import conditions as c
-from kubescribe.controller.desired import RulePlan, TargetPlan
+from kubescribe.controller.plan import RulePlan, TargetPlan
 from kubescribe.controller.status import (
     Cond,
     documents_condition,
@@ -46,6 +46,41 @@ class TargetFacts:
 
 def target_status(t: TargetPlan, facts: TargetFacts) -> tuple[list[Cond], dict[str, Any]]:
     """Conditions (domain and kstatus) and extra status fields of a GitTarget."""
+    domain = _spec_conditions(t)
+    progressing = None
+    extra: dict[str, Any] = {"streams": facts.streams}
+    if facts.owner is not None and t.writable:
+        extra["owner"] = facts.owner
+    if t.spec is not None and t.spec.suspend and t.problem is None:
+        domain.append(Cond(c.READY, "False", c.SUSPENDED, "Writes are suspended (spec.suspend)"))
+        return domain + kstatus(domain, progressing=None)[1:], extra
+    if t.writable:
+        # A remote cluster's reachability (its files are kept while it is away), then authors.
+        domain += [cond for cond in (facts.reachable, facts.attributed) if cond is not None]
+        domain += facts.encryption
+        extra.update(facts.encryption_status)
+        if facts.streams_running is not None:
+            domain.append(facts.streams_running)
+        report = facts.report
+        if report is None and facts.streams and facts.resumed:
+            domain.append(Cond(c.PUSHED, "True", c.PUSHED, "Resumed from the saved watch cursors"))
+        elif report is None:
+            progressing = "Waiting for the first write"
+        else:
+            domain += _report_conditions(report, facts, extra)
+        if facts.synced < facts.streams:
+            progressing = f"{facts.synced}/{facts.streams} watch streams synced"
+    counted = [
+        d
+        for d in domain
+        if d.type not in _INFORMATIVE
+        or (d.type == c.STREAMS_RUNNING and d.reason == c.WATCH_FORBIDDEN)
+    ]
+    return domain + kstatus(counted, progressing=progressing), extra
+
+
+def _spec_conditions(t: TargetPlan) -> list[Cond]:
+    """Validated and GitPathAccepted: what the spec alone decides."""
     domain: list[Cond] = []
     if t.problem:
         domain.append(Cond(c.VALIDATED, "False", t.problem.reason, t.problem.message))
@@ -61,53 +96,29 @@ def target_status(t: TargetPlan, facts: TargetFacts) -> tuple[list[Cond], dict[s
         domain.append(
             Cond(c.GIT_PATH_ACCEPTED, "True", c.GIT_PATH_ACCEPTED, f"Writing to {t.folder or '.'}")
         )
-    progressing = None
-    extra: dict[str, Any] = {"streams": facts.streams}
-    if facts.owner is not None and t.writable:
-        extra["owner"] = facts.owner
-    if t.spec is not None and t.spec.suspend and t.problem is None:
-        domain.append(Cond(c.READY, "False", c.SUSPENDED, "Writes are suspended (spec.suspend)"))
-        return domain + kstatus(domain, progressing=None)[1:], extra
-    if t.writable:
-        if facts.reachable is not None:
-            domain.append(facts.reachable)  # its files are kept while the cluster is away
-        if facts.attributed is not None:
-            domain.append(facts.attributed)
-        domain += facts.encryption
-        extra.update(facts.encryption_status)
-        if facts.streams_running is not None:
-            domain.append(facts.streams_running)
-        report = facts.report
-        if report is None and facts.streams and facts.resumed:
-            domain.append(Cond(c.PUSHED, "True", c.PUSHED, "Resumed from the saved watch cursors"))
-        elif report is None:
-            progressing = "Waiting for the first write"
-        else:
-            extra.update(documents=report.documents, retainedDocuments=report.retained)
-            if report.commit:
-                extra["lastCommit"] = report.commit
-            if report.pushed_at is not None:
-                extra["lastPushTime"] = rfc3339(report.pushed_at)
-            if report.ok:
-                domain.append(Cond(c.PUSHED, "True", c.PUSHED, report.message or "Up to date"))
-            else:
-                domain.append(Cond(c.PUSHED, "False", report.reason, report.message))
-            domain.append(documents_condition(report.failing))
-            if report.kustomization is not None:
-                domain.append(
-                    render_condition(
-                        report.kustomization, report.failing, facts.render_check_unavailable
-                    )
-                )
-        if facts.synced < facts.streams:
-            progressing = f"{facts.synced}/{facts.streams} watch streams synced"
-    counted = [
-        d
-        for d in domain
-        if d.type not in _INFORMATIVE
-        or (d.type == c.STREAMS_RUNNING and d.reason == c.WATCH_FORBIDDEN)
-    ]
-    return domain + kstatus(counted, progressing=progressing), extra
+    return domain
+
+
+def _report_conditions(
+    report: WriteReport, facts: TargetFacts, extra: dict[str, Any]
+) -> list[Cond]:
+    """Pushed, DocumentsWritten and RenderMatchesLive from the last write (its figures into
+    `extra`)."""
+    extra.update(documents=report.documents, retainedDocuments=report.retained)
+    if report.commit:
+        extra["lastCommit"] = report.commit
+    if report.pushed_at is not None:
+        extra["lastPushTime"] = rfc3339(report.pushed_at)
+    if report.ok:
+        domain = [Cond(c.PUSHED, "True", c.PUSHED, report.message or "Up to date")]
+    else:
+        domain = [Cond(c.PUSHED, "False", report.reason, report.message)]
+    domain.append(documents_condition(report.failing))
+    if report.kustomization is not None:
+        domain.append(
+            render_condition(report.kustomization, report.failing, facts.render_check_unavailable)
+        )
+    return domain
 
 
 def attribution_condition(

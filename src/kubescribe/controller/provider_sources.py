@@ -13,9 +13,9 @@ import structlog
 
 from kubescribe.api import conditions as c
 from kubescribe.api.models import GitProviderSpec, SigningSpec
-from kubescribe.controller.desired import ObjKey, Problem
 from kubescribe.controller.keysecrets import read_object, write_generated
 from kubescribe.controller.ownership import created_by_kubescribe, not_ours_message, secret_data
+from kubescribe.controller.plan import ObjKey, Problem
 from kubescribe.controller.status import Cond
 from kubescribe.git.signing import SigningKey
 from kubescribe.git.transport.errors import InvalidCredentials

@@ -46,8 +46,8 @@ import structlog
 from kubescribe import metrics
 from kubescribe.api import conditions as c
 from kubescribe.api.models import GitProviderSpec
-from kubescribe.controller.desired import ObjKey, Plan, Problem, ProviderPlan, WorkerKey
 from kubescribe.controller.keysecrets import SecretUnavailable
+from kubescribe.controller.plan import ObjKey, Plan, Problem, ProviderPlan, WorkerKey
 from kubescribe.controller.provider_evidence import NOT_PROBED, Evidence, combine, push_evidence
 from kubescribe.controller.provider_sources import Sources, read_sources, signing_condition
 from kubescribe.controller.status import Cond, kstatus

@@ -26,7 +26,7 @@ from typing import Any
 import structlog
 
 from kubescribe import metrics
-from kubescribe.controller.desired import WorkerKey
+from kubescribe.controller.plan import WorkerKey
 from kubescribe.controller.sharding import (
     LeaseObserver,
     LeaseRecord,

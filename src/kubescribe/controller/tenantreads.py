@@ -24,7 +24,7 @@ import aiohttp
 import structlog
 
 from kubescribe import metrics
-from kubescribe.controller.desired import ReadQuestion, TenantReads
+from kubescribe.controller.plan import ReadQuestion, TenantReads
 from kubescribe.kube.client import ApiError, KubeClient
 
 log = structlog.get_logger(__name__)

@@ -49,21 +49,29 @@ def missing_objects(
             continue
         base = source[commit.parent_ids[0]].peel(pygit2.Tree)
         want(tree.id)
-        folders: set[str] = set()
-        for delta in base.diff_to_tree(tree).deltas:
-            gone = delta.status == DeltaStatus.DELETED
-            if not gone and delta.new_file.mode != FileMode.COMMIT:  # not a submodule
-                want(delta.new_file.id)
-            for path in (delta.old_file.path, delta.new_file.path):
-                parts = path.split("/")[:-1]
-                folders.update("/".join(parts[: i + 1]) for i in range(len(parts)))
-        for folder in sorted(folders):
-            try:
-                entry = tree[lookup_name(folder)]
-            except KeyError:  # the folder went away with its last file
-                continue
-            want(entry.id)
+        for found in _changed_objects(base, tree):
+            want(found)
     return missing
+
+
+def _changed_objects(base: pygit2.Tree, tree: pygit2.Tree) -> list[pygit2.Oid]:
+    """The blobs and folders of `tree` that differ from `base` (submodules left out)."""
+    found: list[pygit2.Oid] = []
+    folders: set[str] = set()
+    for delta in base.diff_to_tree(tree).deltas:
+        gone = delta.status == DeltaStatus.DELETED
+        if not gone and delta.new_file.mode != FileMode.COMMIT:  # not a submodule
+            found.append(delta.new_file.id)
+        for path in (delta.old_file.path, delta.new_file.path):
+            parts = path.split("/")[:-1]
+            folders.update("/".join(parts[: i + 1]) for i in range(len(parts)))
+    for folder in sorted(folders):
+        try:
+            entry = tree[lookup_name(folder)]
+        except KeyError:  # the folder went away with its last file
+            continue
+        found.append(entry.id)
+    return found
 
 
 def _tree_objects(tree: pygit2.Tree) -> list[pygit2.Oid]:

@@ -65,40 +65,59 @@ def _edit(
         head, sep, rest = path.partition("/")
         if sep:
             subdirs.setdefault(head, {})[rest] = oid
-            continue
-        existing = builder.get(lookup_name(head))
-        if existing is not None and existing.filemode == FileMode.TREE:
-            raise TreeConflict(prefix + path, "is a directory")
-        if oid is not None:
-            if existing is not None and existing.id == oid and existing.filemode in _BLOB_MODES:
-                continue
-            # Keep an executable bit someone set; anything else becomes a plain file.
-            mode = existing.filemode if existing is not None else FileMode.BLOB
-            builder.insert(head, oid, mode if mode in _BLOB_MODES else FileMode.BLOB)
-            changed = True
-        elif existing is not None:
-            builder.remove(head)
-            changed = True
+        else:
+            changed = _edit_file(builder, head, oid, prefix + path) or changed
     for name, sub in subdirs.items():
-        existing = builder.get(lookup_name(name))
-        child: pygit2.Tree | None = None
-        if existing is not None and existing.filemode == FileMode.TREE:
-            child = _tree(repo, existing.id)
-        elif existing is not None:
-            wanted = [p for p, oid in sub.items() if oid is not None]
-            if wanted:
-                raise TreeConflict(f"{prefix}{name}/{wanted[0]}", f"{prefix}{name} is a file")
-            continue  # only deletes below a file: nothing there to delete
-        new = _edit(repo, child, sub, f"{prefix}{name}/")
-        if new is None:
-            if existing is not None:
-                builder.remove(name)
-                changed = True
-        elif existing is None or new != existing.id:
-            builder.insert(name, new, FileMode.TREE)
-            changed = True
+        changed = _edit_folder(repo, builder, name, sub, prefix) or changed
     if len(builder) == 0:
         return None
     if base is not None and not changed:
         return base.id
     return builder.write()
+
+
+def _edit_file(builder: pygit2.TreeBuilder, name: str, oid: pygit2.Oid | None, shown: str) -> bool:
+    """Write (or, with None, delete) the file `name`; whether anything changed."""
+    existing = builder.get(lookup_name(name))
+    if existing is not None and existing.filemode == FileMode.TREE:
+        raise TreeConflict(shown, "is a directory")
+    if oid is not None:
+        if existing is not None and existing.id == oid and existing.filemode in _BLOB_MODES:
+            return False
+        # Keep an executable bit someone set; anything else becomes a plain file.
+        mode = existing.filemode if existing is not None else FileMode.BLOB
+        builder.insert(name, oid, mode if mode in _BLOB_MODES else FileMode.BLOB)
+        return True
+    if existing is not None:
+        builder.remove(name)
+        return True
+    return False
+
+
+def _edit_folder(
+    repo: pygit2.Repository,
+    builder: pygit2.TreeBuilder,
+    name: str,
+    edits: Mapping[str, pygit2.Oid | None],
+    prefix: str,
+) -> bool:
+    """Apply `edits` below the folder `name`; whether anything changed."""
+    existing = builder.get(lookup_name(name))
+    child: pygit2.Tree | None = None
+    if existing is not None and existing.filemode == FileMode.TREE:
+        child = _tree(repo, existing.id)
+    elif existing is not None:
+        wanted = [p for p, oid in edits.items() if oid is not None]
+        if wanted:
+            raise TreeConflict(f"{prefix}{name}/{wanted[0]}", f"{prefix}{name} is a file")
+        return False  # only deletes below a file: nothing there to delete
+    new = _edit(repo, child, edits, f"{prefix}{name}/")
+    if new is None:
+        if existing is None:
+            return False
+        builder.remove(name)
+        return True
+    if existing is None or new != existing.id:
+        builder.insert(name, new, FileMode.TREE)
+        return True
+    return False

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from enum import StrEnum
 
 from kubescribe.net.addresses import network_policy, refusal
-from kubescribe.net.urls import Form, UrlSyntaxError, parse
+from kubescribe.net.urls import Form, RemoteUrl, UrlSyntaxError, parse
 
 
 class UrlRefusal(StrEnum):
@@ -88,6 +88,16 @@ def check_url(
                 UrlRefusal.SCHEME_NOT_ALLOWED, "local repositories are disabled on this operator"
             )
         return
+    host = _checked_remote(remote, allow_insecure)
+    policy = network_policy()
+    _check_host(host, refusal(host, policy))
+    if resolve is not None:
+        for address in resolve(host):
+            _check_host(f"{host} ({address})", refusal(address, policy))
+
+
+def _checked_remote(remote: RemoteUrl, allow_insecure: bool) -> str:
+    """The host of a network remote whose user, port, scheme and path may be used."""
     scheme = remote.scheme
     ssh_user = remote.user is not None and scheme in _SECURE - {"https"}
     if remote.password or (remote.user is not None and not ssh_user):
@@ -108,11 +118,7 @@ def check_url(
         raise UrlRefused(UrlRefusal.MALFORMED, "the URL has no host")
     if host.startswith("-") or path.startswith("-"):
         raise UrlRefused(UrlRefusal.MALFORMED, "the host or path looks like a command option")
-    policy = network_policy()
-    _check_host(host, refusal(host, policy))
-    if resolve is not None:
-        for address in resolve(host):
-            _check_host(f"{host} ({address})", refusal(address, policy))
+    return host
 
 
 def _check_host(shown: str, why: str | None) -> None:

@@ -363,6 +363,30 @@ def from_untrusted_kubeconfig(
     """The connection of a kubeconfig read from a Secret, under the rules for untrusted ones:
     no plugins that run programs, no files of the operator's, no proxy, TLS verified (unless
     `allow_insecure`), and the server on https. Raises `KubeconfigRefused` with a reason."""
+    cluster, user = _untrusted_entries(data, context)
+    server = str(cluster.get("server") or "")
+    insecure = bool(cluster.get("insecure-skip-tls-verify"))
+    if (insecure or not server.startswith("https://")) and not allow_insecure:
+        raise KubeconfigRefused(
+            "InsecureKubeconfig",
+            "the server must be https:// with TLS verified (the operator allows otherwise only"
+            " with --allow-insecure-cluster-tls)",
+        )
+    _check_server(server)
+    token = user.get("token")
+    return Connection(
+        host=server.rstrip("/"),
+        ssl=_untrusted_tls(cluster, user) if not insecure else False,
+        credentials=StaticToken(str(token)) if token else None,
+        untrusted=True,
+    )
+
+
+def _untrusted_entries(
+    data: bytes, context: str | None
+) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """The cluster and user entries of the context, refused when they name plugins, files
+    or proxies."""
     try:
         doc = yaml.safe_load(data)
     except yaml.YAMLError as exc:
@@ -390,38 +414,26 @@ def from_untrusted_kubeconfig(
                     "KubeconfigRefused",
                     f"{where} {key!r} is not allowed (files and proxies of the operator's)",
                 )
-    server = str(cluster.get("server") or "")
-    insecure = bool(cluster.get("insecure-skip-tls-verify"))
-    if (insecure or not server.startswith("https://")) and not allow_insecure:
-        raise KubeconfigRefused(
-            "InsecureKubeconfig",
-            "the server must be https:// with TLS verified (the operator allows otherwise only"
-            " with --allow-insecure-cluster-tls)",
-        )
-    _check_server(server)
+    return cluster, user
+
+
+def _untrusted_tls(cluster: Mapping[str, Any], user: Mapping[str, Any]) -> ssl.SSLContext:
+    """TLS verified with the inline CA (file references were refused: only inline data is
+    read), and the inline client certificate."""
     try:
-        tls: ssl.SSLContext | bool = False
-        if not insecure:
-            # File references were refused above: only inline data is read.
-            ca = _inline(cluster, "certificate-authority")
-            tls = ssl.create_default_context(cadata=ca.decode() if ca else None)
-            if ca is None:
-                tls.load_default_certs()
-            cert = _inline(user, "client-certificate")
-            client_key = _inline(user, "client-key")
-            if cert and client_key:
-                load_pem_chain(tls, cert, client_key)
+        ca = _inline(cluster, "certificate-authority")
+        tls = ssl.create_default_context(cadata=ca.decode() if ca else None)
+        if ca is None:
+            tls.load_default_certs()
+        cert = _inline(user, "client-certificate")
+        client_key = _inline(user, "client-key")
+        if cert and client_key:
+            load_pem_chain(tls, cert, client_key)
     except (ValueError, TypeError, ssl.SSLError, OSError) as exc:
         raise KubeconfigRefused(
             "KubeconfigInvalid", f"unusable TLS material: {exc.__class__.__name__}"
         ) from None
-    token = user.get("token")
-    return Connection(
-        host=server.rstrip("/"),
-        ssl=tls,
-        credentials=StaticToken(str(token)) if token else None,
-        untrusted=True,
-    )
+    return tls
 
 
 def _check_server(server: str) -> None:

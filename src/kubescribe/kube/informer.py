@@ -237,33 +237,7 @@ class Informer(Generic[Prepared]):
         await self._snapshot(objects, str(page["metadata"]["resourceVersion"]))
 
     async def _watch(self, backoff: Backoff) -> None:
-        params = self._params()
-        initial: _Initial[Prepared] | None = None
-        if self.rv is None:
-            params.update(
-                sendInitialEvents="true", resourceVersionMatch="NotOlderThan", resourceVersion=""
-            )
-            initial = _Initial()
-        else:
-            params["resourceVersion"] = self.rv
-            if self._backlog_due:
-                self._backlog = await Backlog.open(
-                    self.client,
-                    self.path,
-                    self.rv,
-                    gvr=self.rtype.gvr,
-                    label_selector=self.label_selector,
-                    page_size=self.page_size,
-                )
-                self._backlog_due = False
-                if self._backlog is not None:
-                    log.info(
-                        "watch.backlog",
-                        gvr=self.rtype.gvr,
-                        namespace=self.namespace,
-                        cursor=self.rv,
-                        horizon=self._backlog.horizon,
-                    )
+        params, initial = await self._watch_params()
         gvr = self.rtype.gvr
         async for event in self.client.watch(self.path, params, idle_timeout=self.idle_timeout):
             event_type = event.get("type", "")
@@ -278,35 +252,77 @@ class Informer(Generic[Prepared]):
             self._set_forbidden(None)
             rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
             if event_type == "BOOKMARK":
-                annotations = (obj.get("metadata") or {}).get("annotations") or {}
-                if initial is not None and annotations.get(INITIAL_EVENTS_END) == "true":
-                    await self._snapshot(initial, rv)
-                    initial = None
-                elif initial is None:
-                    self.rv = rv
-                    if self._backlog is not None and self._backlog.reached(rv):
-                        self._end_backlog()
+                initial = await self._bookmark(obj, rv, initial)
                 continue
             metrics.WATCH_EVENTS.labels(gvr, event_type).inc()
             key = key_of(obj)
             if initial is not None:
                 initial.add(key, rv, self.prepare(obj))
-                continue
-            stale = False
-            if self._backlog is not None:
-                if self._backlog.covers(rv):
-                    stale = not await self._backlog.applies(event_type, key, rv)
-                else:
-                    self._end_backlog()
-            if event_type == "DELETED":
-                self._known.pop(key, None)
             else:
-                self._known[key] = rv
+                await self._live(event_type, obj, key, rv)
+
+    async def _watch_params(self) -> tuple[dict[str, str], _Initial[Prepared] | None]:
+        """The watch's query, and the initial state to gather first (None: resume at the
+        cursor, with the backlog of changes since it when one is due)."""
+        params = self._params()
+        if self.rv is None:
+            params.update(
+                sendInitialEvents="true", resourceVersionMatch="NotOlderThan", resourceVersion=""
+            )
+            return params, _Initial()
+        params["resourceVersion"] = self.rv
+        if self._backlog_due:
+            self._backlog = await Backlog.open(
+                self.client,
+                self.path,
+                self.rv,
+                gvr=self.rtype.gvr,
+                label_selector=self.label_selector,
+                page_size=self.page_size,
+            )
+            self._backlog_due = False
+            if self._backlog is not None:
+                log.info(
+                    "watch.backlog",
+                    gvr=self.rtype.gvr,
+                    namespace=self.namespace,
+                    cursor=self.rv,
+                    horizon=self._backlog.horizon,
+                )
+        return params, None
+
+    async def _bookmark(
+        self, obj: dict[str, Any], rv: str, initial: _Initial[Prepared] | None
+    ) -> _Initial[Prepared] | None:
+        """The end of the initial events (hand over the snapshot), or a newer cursor; the
+        initial state still being gathered."""
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        if initial is not None and annotations.get(INITIAL_EVENTS_END) == "true":
+            await self._snapshot(initial, rv)
+            return None
+        if initial is None:
             self.rv = rv
-            if not stale:
-                await self.sink.on_event(event_type, obj, rv)
-            elif self._on_stale is not None:
-                await self._on_stale(event_type, obj, rv)
+            if self._backlog is not None and self._backlog.reached(rv):
+                self._end_backlog()
+        return initial
+
+    async def _live(self, event_type: str, obj: dict[str, Any], key: ObjectKey, rv: str) -> None:
+        """A change after the initial state: to the sink, unless the backlog shows it stale."""
+        stale = False
+        if self._backlog is not None:
+            if self._backlog.covers(rv):
+                stale = not await self._backlog.applies(event_type, key, rv)
+            else:
+                self._end_backlog()
+        if event_type == "DELETED":
+            self._known.pop(key, None)
+        else:
+            self._known[key] = rv
+        self.rv = rv
+        if not stale:
+            await self.sink.on_event(event_type, obj, rv)
+        elif self._on_stale is not None:
+            await self._on_stale(event_type, obj, rv)
 
     def _end_backlog(self) -> None:
         """The watch passed the backlog's horizon (or re-listed): every event is live now."""

@@ -58,6 +58,12 @@ class AuthorResolver(Protocol):
         arrived but contradict each other (no guess may replace that answer)."""
         ...
 
+    @property
+    def unresolved_streak(self) -> int:
+        """Changes in a row for which no source named an author (past a few: a wiring problem
+        the GitTarget's status reports)."""
+        ...
+
 
 class CommitRequestAuthors(Protocol):
     """Who created a CommitRequest: recorded by the admission webhook (`kubescribe.attribution`)

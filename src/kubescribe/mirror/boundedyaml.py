@@ -37,6 +37,22 @@ class RefusedYaml(Exception):
         self.reason = reason
 
 
+def _check_size(data: bytes | str, max_bytes: int | None) -> None:
+    size = len(data.encode() if isinstance(data, str) else data)
+    if max_bytes is not None and size > max_bytes:
+        raise RefusedYaml(TOO_LARGE, f"{size} bytes, more than {max_bytes}")
+
+
+def _close(open_nodes: list[int], open_anchors: list[str | None], anchored: dict[str, int]) -> None:
+    """A collection ends: its expanded size goes to its anchor and to its parent."""
+    nodes = open_nodes.pop()
+    anchor = open_anchors.pop()
+    if anchor is not None:
+        anchored[anchor] = nodes
+    if open_nodes:
+        open_nodes[-1] += nodes
+
+
 def check(
     data: bytes | str,
     *,
@@ -51,9 +67,7 @@ def check(
     is False. Nodes are counted with aliases `expanded` (what a walk over the parsed tree
     visits); otherwise an alias is one node (what composing costs: a loader shares the node).
     Invalid YAML raises `yaml.YAMLError` as a load would."""
-    size = len(data.encode() if isinstance(data, str) else data)
-    if max_bytes is not None and size > max_bytes:
-        raise RefusedYaml(TOO_LARGE, f"{size} bytes, more than {max_bytes}")
+    _check_size(data, max_bytes)
     open_nodes: list[int] = []  # expanded size so far of each open collection
     open_anchors: list[str | None] = []
     anchored: dict[str, int] = {}  # expanded size of each anchored node
@@ -72,12 +86,7 @@ def check(
             open_anchors.append(event.anchor)
             nodes = 1
         elif kind is yaml.MappingEndEvent or kind is yaml.SequenceEndEvent:
-            nodes = open_nodes.pop()
-            anchor = open_anchors.pop()
-            if anchor is not None:
-                anchored[anchor] = nodes
-            if open_nodes:
-                open_nodes[-1] += nodes
+            _close(open_nodes, open_anchors, anchored)
             continue  # its nodes were counted in `total` as they came
         elif kind is yaml.AliasEvent:
             if not aliases:

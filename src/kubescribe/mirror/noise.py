@@ -222,23 +222,29 @@ class NoisePolicy:
                         break
             if not values:
                 del metadata[where]
-        finalizers = metadata.get("finalizers")
-        if isinstance(finalizers, list) and finalizers:
-            kept = []
-            for finalizer in finalizers:
-                first = next(
-                    (r for r in self.strip_rules if r.applies("finalizers", str(finalizer), obj)),
-                    None,
-                )
-                if first is None or first.reason is None:
-                    kept.append(finalizer)
-                else:
-                    reasons.append(first.reason)
-            if kept:
-                metadata["finalizers"] = kept
-            else:
-                del metadata["finalizers"]
+        self._strip_finalizers(metadata, obj, reasons)
         return reasons
+
+    def _strip_finalizers(
+        self, metadata: dict[str, Any], obj: Mapping[str, Any], reasons: list[str]
+    ) -> None:
+        finalizers = metadata.get("finalizers")
+        if not isinstance(finalizers, list) or not finalizers:
+            return
+        kept = []
+        for finalizer in finalizers:
+            first = next(
+                (r for r in self.strip_rules if r.applies("finalizers", str(finalizer), obj)),
+                None,
+            )
+            if first is None or first.reason is None:
+                kept.append(finalizer)
+            else:
+                reasons.append(first.reason)
+        if kept:
+            metadata["finalizers"] = kept
+        else:
+            del metadata["finalizers"]
 
     def classify(self, obj: Mapping[str, Any], *, group: str, resource: str) -> str | None:
         """The reason `obj` is noise, or None to mirror it."""

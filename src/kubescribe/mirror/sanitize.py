@@ -161,14 +161,9 @@ def _plain_copy(value: Any) -> Any:
 
 
 def _apply(doc: dict[str, Any], original: Mapping[str, Any], strip: Strip) -> None:
-    parents: list[dict[str, Any]] = [doc]
-    for key in strip.path[:-1]:
-        child = parents[-1].get(key)
-        if not isinstance(child, dict):
-            return
-        parents.append(child)
+    parents = _parents(doc, strip.path[:-1])
     last = strip.path[-1]
-    if last not in parents[-1]:
+    if parents is None or last not in parents[-1]:
         return
     value = parents[-1][last]
     if not strip.when(original, value):
@@ -193,6 +188,17 @@ def _apply(doc: dict[str, Any], original: Mapping[str, Any], strip: Strip) -> No
         if parents[depth]:
             break
         del parents[depth - 1][strip.path[depth - 1]]
+
+
+def _parents(doc: dict[str, Any], path: tuple[str, ...]) -> list[dict[str, Any]] | None:
+    """The maps along `path`, the document first (None: one is missing or not a map)."""
+    parents = [doc]
+    for key in path:
+        child = parents[-1].get(key)
+        if not isinstance(child, dict):
+            return None
+        parents.append(child)
+    return parents
 
 
 def _api_group(doc: Mapping[str, Any]) -> str:

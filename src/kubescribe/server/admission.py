@@ -15,7 +15,6 @@ but not recorded. Bad input gets 400/415. Refusals are counted in
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -30,7 +29,7 @@ from kubescribe.attribution.admitted import admitted_facts
 from kubescribe.attribution.decode import FIELD_CAPS, author_from_user, json_memory_bound
 from kubescribe.attribution.facts import FactIndex
 from kubescribe.attribution.requests import RecordedRequestAuthors
-from kubescribe.server.audit import DECODED_BUDGET, READ_TIMEOUT
+from kubescribe.server.audit import DECODED_BUDGET, READ_TIMEOUT, Refused, read_body
 from kubescribe.server.tls import ClientPolicy, peer_identities
 
 log = structlog.get_logger(__name__)
@@ -72,32 +71,12 @@ def admission_app(
         if peer is None and not clients.anonymous:
             return refuse(401, "no_client_certificate", "a client certificate is required")
         peer = peer or frozenset()
-        if not clients.allows(peer):
-            return refuse(403, "client_not_allowed", "this client may not call here", peer)
-        if request.content_type != "application/json":
-            return refuse(415, "content_type", "want application/json", peer)
-        too_large = f"body over {MAX_BODY} bytes"
-        if request.content_length is not None and request.content_length > MAX_BODY:
-            return refuse(413, "body_too_large", too_large, peer)
         try:
-            async with asyncio.timeout(read_timeout):
-                body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return refuse(413, "body_too_large", too_large, peer)
-        except TimeoutError:
-            return refuse(408, "read_timeout", "body not received in time", peer)
-        if json_memory_bound(body) > DECODED_BUDGET:
-            return refuse(413, "decoded_too_large", "body too large once decoded", peer)
-        try:
-            review = json.loads(body)
-        except (ValueError, RecursionError):
-            review = None
-        req = review.get("request") if isinstance(review, Mapping) else None
-        uid = req.get("uid") if isinstance(req, Mapping) else None
-        if not isinstance(review, Mapping) or review.get("kind") != "AdmissionReview":
-            uid = None
-        if not isinstance(req, Mapping) or not isinstance(uid, str) or not 0 < len(uid) <= 128:
-            return refuse(400, "not_an_admission_review", "want an AdmissionReview v1", peer)
+            if not clients.allows(peer):
+                raise Refused(403, "client_not_allowed", "this client may not call here")
+            req, uid = _review(await _body(request, read_timeout))
+        except Refused as no:
+            return refuse(no.status, no.reason, no.message, peer)
         try:
             result = await record(req)
         except Exception as exc:  # never block the API because of bookkeeping
@@ -117,6 +96,29 @@ def admission_app(
     if changes is not None:
         app.router.add_post(CHANGES_PATH, validate_changes)
     return app
+
+
+async def _body(request: web.Request, read_timeout: float) -> bytes:
+    """The body of a JSON request, bounded in size, decoded size and time to arrive."""
+    body = await read_body(request, MAX_BODY, read_timeout)
+    if json_memory_bound(body) > DECODED_BUDGET:
+        raise Refused(413, "decoded_too_large", "body too large once decoded")
+    return body
+
+
+def _review(body: bytes) -> tuple[Mapping[str, Any], str]:
+    """The request of an AdmissionReview and its uid."""
+    try:
+        review = json.loads(body)
+    except (ValueError, RecursionError):
+        review = None
+    req = review.get("request") if isinstance(review, Mapping) else None
+    uid = req.get("uid") if isinstance(req, Mapping) else None
+    if not isinstance(review, Mapping) or review.get("kind") != "AdmissionReview":
+        uid = None
+    if not isinstance(req, Mapping) or not isinstance(uid, str) or not 0 < len(uid) <= 128:
+        raise Refused(400, "not_an_admission_review", "want an AdmissionReview v1")
+    return req, uid
 
 
 async def _record_change(facts: FactIndex, req: Mapping[str, Any]) -> str:

@@ -1,5 +1,5 @@
-"""Start the attribution side of the operator: fact index (memory or Redis), the audit
-receiver site, the admission webhook site, the resolver and the CommitRequest author lookup."""
+"""The attribution flags, and the HTTPS sites that feed the fact index: the audit receiver and
+the admission webhook (the index and the request records are built by `kubescribe.wiring`)."""
 
 from __future__ import annotations
 
@@ -8,34 +8,24 @@ import contextlib
 import re
 import ssl
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import structlog
 from aiohttp import web
 
-from kubescribe.attribution.admitted import ROUTE as ADMISSION_ROUTE
-from kubescribe.attribution.admitted import AdmittedAuthors
 from kubescribe.attribution.facts import FactIndex
-from kubescribe.attribution.requests import ROUTE as REQUESTS_ROUTE
 from kubescribe.attribution.requests import RecordedRequestAuthors
-from kubescribe.attribution.resolver import AuditAuthorResolver
 from kubescribe.defaults import (
     DEFAULT_ADMISSION_CLIENT,
     DEFAULT_MAX_BODY,
     DEFAULT_MAX_EVENTS,
     MAX_AUDIT_BODY,
 )
-from kubescribe.mirror.authors import AuthorResolver, CommitRequestAuthors
 from kubescribe.server.admission import admission_app
 from kubescribe.server.audit import READ_TIMEOUT, AuditRoute, audit_app
 from kubescribe.server.tls import ANY_CLIENT, ClientPolicy, reload_on_change, server_context
-from kubescribe.store.memory import MemoryFactStore
 from kubescribe.store.redis_options import RedisOptions
-
-if TYPE_CHECKING:
-    from kubescribe.store.redis import RedisFactStore
 
 log = structlog.get_logger(__name__)
 
@@ -74,11 +64,26 @@ class AttributionOptions:
 
     def problems(self) -> list[str]:
         """Flag combinations that cannot work, as messages (empty: fine)."""
+        found = [*self._audit_problems(), *self._webhook_problems(), *self._bound_problems()]
+        if self.redis is not None:
+            found.extend(self.redis.problems())
+        for spec in (self.audit_route, *self.audit_extra_routes):
+            try:
+                AuditRoute.parse(spec)
+            except ValueError as exc:
+                found.append(str(exc))
+        return found
+
+    def _audit_problems(self) -> list[str]:
         found = []
         if self.audit_addr and not (self.audit_tls_cert and self.audit_tls_key):
             found.append("--audit-addr needs --audit-tls-cert and --audit-tls-key")
         if self.audit_addr and not self.audit_client_ca:
             found.append("--audit-addr needs --audit-client-ca (clients must authenticate)")
+        return found
+
+    def _webhook_problems(self) -> list[str]:
+        found = []
         if self.webhook_addr and not (self.webhook_tls_cert and self.webhook_tls_key):
             found.append("--webhook-addr needs --webhook-tls-cert and --webhook-tls-key")
         if self.webhook_addr and not self.webhook_client_ca and not self.webhook_allow_anonymous:
@@ -100,37 +105,21 @@ class AttributionOptions:
         cns = {c.strip() for c in self.webhook_client_cns}
         if self.webhook_addr and ("" in cns or not cns or (ANY_CLIENT in cns and len(cns) > 1)):
             found.append("--webhook-client-cn: names, or a single '*'")
+        return found
+
+    def _bound_problems(self) -> list[str]:
+        found = []
         if self.grace < 0:
             found.append("--attribution-grace must not be negative")
         if not 1024 <= self.audit_max_body <= MAX_AUDIT_BODY:
             found.append(f"--audit-max-body must be between 1024 and {MAX_AUDIT_BODY} bytes")
         if self.audit_max_events < 1:
             found.append("--audit-max-events must be at least 1")
-        if self.redis is not None:
-            found.extend(self.redis.problems())
-        for spec in (self.audit_route, *self.audit_extra_routes):
-            try:
-                AuditRoute.parse(spec)
-            except ValueError as exc:
-                found.append(str(exc))
         return found
 
     @property
     def route(self) -> AuditRoute:
         return AuditRoute.parse(self.audit_route)
-
-
-@dataclass
-class Attribution:
-    """What the rest of the operator uses: `resolver` (None when no audit facts can arrive:
-    neither a receiver nor Redis is configured) and `requests` (CommitRequest authors; None
-    when neither the admission webhook nor Redis is configured)."""
-
-    facts: FactIndex
-    resolver: AuthorResolver | None
-    requests: CommitRequestAuthors | None
-    sources: tuple[str, ...] = ()  # where authors can come from: audit, admission
-    runners: list[web.AppRunner] = field(default_factory=list)
 
 
 def _split_addr(addr: str) -> tuple[str, int]:
@@ -139,99 +128,83 @@ def _split_addr(addr: str) -> tuple[str, int]:
 
 
 @contextlib.asynccontextmanager
-async def attribution(opts: AttributionOptions) -> AsyncIterator[Attribution]:
-    """Start the fact index and the HTTPS sites; stop them on exit."""
-    problems = opts.problems()
-    if problems:
-        raise ValueError("; ".join(problems))
-    store: MemoryFactStore | RedisFactStore
-    local = MemoryFactStore(
-        max_records=opts.max_facts,
-        retention=opts.fact_retention,
-        limits={REQUESTS_ROUTE: opts.max_request_records, ADMISSION_ROUTE: opts.max_facts},
-    )
-    if opts.redis is not None:
-        # Imported only when configured: redis-py adds about 20 MB to every process.
-        from kubescribe.store.redis import RedisFactStore  # noqa: PLC0415
-
-        store = RedisFactStore(opts.redis, retention=opts.fact_retention, local=local)
-        await store.start()
-    else:
-        store = local
-    index: FactIndex = store
-    own = opts.route
-    audit = bool(opts.audit_addr or opts.redis)
-    admitted = AdmittedAuthors(index) if opts.changes_webhook_url else None
-    resolver = (
-        AuditAuthorResolver(index, own.name, opts.grace, audit=audit, admitted=admitted)
-        if audit or admitted is not None
-        else None
-    )
-    requests = RecordedRequestAuthors(index)
-    running = Attribution(
-        index,
-        resolver,
-        requests if opts.webhook_addr or opts.redis else None,
-        sources=(("audit",) if audit else ()) + (("admission",) if admitted else ()),
-    )
+async def attribution_sites(
+    opts: AttributionOptions, facts: FactIndex, requests: RecordedRequestAuthors
+) -> AsyncIterator[list[web.AppRunner]]:
+    """Serve the configured sites (audit facts into `facts`, admissions into `requests` and,
+    with the change webhook, `facts`); stop them on exit."""
+    runners: list[web.AppRunner] = []
     reloads: list[asyncio.Task[None]] = []
     try:
         if opts.audit_addr:
-            assert opts.audit_tls_cert and opts.audit_tls_key
-            routes = {r.name: r for r in map(AuditRoute.parse, opts.audit_extra_routes)}
-            routes[own.name] = own
-            ctx = server_context(opts.audit_tls_cert, opts.audit_tls_key, opts.audit_client_ca)
-            app = audit_app(
-                index,
-                routes,
-                max_body=opts.audit_max_body,
-                max_events=opts.audit_max_events,
-                read_timeout=opts.read_timeout,
-            )
-            running.runners.append(await _serve(app, opts.audit_addr, ctx))
-            reloads.append(
-                asyncio.create_task(
-                    reload_on_change(
-                        ctx, opts.audit_tls_cert, opts.audit_tls_key, opts.audit_client_ca
-                    )
-                )
-            )
-            log.info(
-                "audit.listening",
-                addr=opts.audit_addr,
-                routes={r.name: sorted(r.clients.names) for r in routes.values()},
-            )
+            runners.append(await _audit_site(opts, facts, reloads))
         if opts.webhook_addr:
-            assert opts.webhook_tls_cert and opts.webhook_tls_key
-            ctx = server_context(
-                opts.webhook_tls_cert, opts.webhook_tls_key, opts.webhook_client_ca
-            )
-            clients = ClientPolicy(
-                frozenset(c.strip() for c in opts.webhook_client_cns),
-                anonymous=opts.webhook_allow_anonymous,
-            )
-            app = admission_app(
-                requests,
-                clients,
-                changes=index if opts.changes_webhook_url else None,
-                read_timeout=opts.read_timeout,
-            )
-            running.runners.append(await _serve(app, opts.webhook_addr, ctx))
-            reloads.append(
-                asyncio.create_task(
-                    reload_on_change(
-                        ctx, opts.webhook_tls_cert, opts.webhook_tls_key, opts.webhook_client_ca
-                    )
-                )
-            )
-            log.info("admission.listening", addr=opts.webhook_addr, clients=sorted(clients.names))
-        yield running
+            runners.append(await _admission_site(opts, facts, requests, reloads))
+        yield runners
     finally:
         for task in reloads:
             task.cancel()
-        for runner in running.runners:
+        for runner in runners:
             await runner.cleanup()
-        await store.close()
+
+
+async def _audit_site(
+    opts: AttributionOptions, facts: FactIndex, reloads: list[asyncio.Task[None]]
+) -> web.AppRunner:
+    assert opts.audit_tls_cert and opts.audit_tls_key
+    own = opts.route
+    routes = {r.name: r for r in map(AuditRoute.parse, opts.audit_extra_routes)}
+    routes[own.name] = own
+    ctx = server_context(opts.audit_tls_cert, opts.audit_tls_key, opts.audit_client_ca)
+    app = audit_app(
+        facts,
+        routes,
+        max_body=opts.audit_max_body,
+        max_events=opts.audit_max_events,
+        read_timeout=opts.read_timeout,
+    )
+    runner = await _serve(app, opts.audit_addr, ctx)
+    reloads.append(
+        asyncio.create_task(
+            reload_on_change(ctx, opts.audit_tls_cert, opts.audit_tls_key, opts.audit_client_ca)
+        )
+    )
+    log.info(
+        "audit.listening",
+        addr=opts.audit_addr,
+        routes={r.name: sorted(r.clients.names) for r in routes.values()},
+    )
+    return runner
+
+
+async def _admission_site(
+    opts: AttributionOptions,
+    facts: FactIndex,
+    requests: RecordedRequestAuthors,
+    reloads: list[asyncio.Task[None]],
+) -> web.AppRunner:
+    assert opts.webhook_tls_cert and opts.webhook_tls_key
+    ctx = server_context(opts.webhook_tls_cert, opts.webhook_tls_key, opts.webhook_client_ca)
+    clients = ClientPolicy(
+        frozenset(c.strip() for c in opts.webhook_client_cns),
+        anonymous=opts.webhook_allow_anonymous,
+    )
+    app = admission_app(
+        requests,
+        clients,
+        changes=facts if opts.changes_webhook_url else None,
+        read_timeout=opts.read_timeout,
+    )
+    runner = await _serve(app, opts.webhook_addr, ctx)
+    reloads.append(
+        asyncio.create_task(
+            reload_on_change(
+                ctx, opts.webhook_tls_cert, opts.webhook_tls_key, opts.webhook_client_ca
+            )
+        )
+    )
+    log.info("admission.listening", addr=opts.webhook_addr, clients=sorted(clients.names))
+    return runner
 
 
 async def _serve(app: web.Application, addr: str, ctx: ssl.SSLContext) -> web.AppRunner:

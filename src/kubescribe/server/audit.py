@@ -88,6 +88,45 @@ def _decode(body: bytes, max_events: int, budget: int) -> Decoded:
     return decode_event_list(body, max_events)
 
 
+class Refused(Exception):
+    """A request refused with HTTP `status`, counted by `reason`."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.reason, self.message = status, reason, message
+
+
+async def read_body(request: web.Request, max_body: int, read_timeout: float) -> bytes:
+    """The body of a JSON request, at most `max_body` bytes, arrived within `read_timeout`."""
+    if request.content_type != "application/json":
+        raise Refused(415, "content_type", "want application/json")
+    too_large = f"body over {max_body} bytes"
+    if request.content_length is not None and request.content_length > max_body:
+        raise Refused(413, "body_too_large", too_large)
+    try:
+        async with asyncio.timeout(read_timeout):
+            return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise Refused(413, "body_too_large", too_large) from None
+    except TimeoutError:
+        raise Refused(408, "read_timeout", "body not received in time") from None
+
+
+async def _decoded(body: bytes, max_events: int, budget: int) -> Decoded:
+    """The facts of an audit EventList (large bodies decoded on a thread)."""
+    try:
+        if len(body) > _THREAD_DECODE_BYTES:
+            return await asyncio.to_thread(_decode, body, max_events, budget)
+        return _decode(body, max_events, budget)
+    except _OverBudget:
+        message = f"body could decode to more than {budget} bytes"
+        raise Refused(413, "decoded_too_large", message) from None
+    except AuditTooLarge as exc:
+        raise Refused(413, "too_many_events", str(exc)) from None
+    except AuditDecodeError as exc:
+        raise Refused(400, "not_an_event_list", str(exc)) from None
+
+
 def audit_app(
     facts: FactIndex,
     routes: Mapping[str, AuditRoute],
@@ -117,32 +156,13 @@ def audit_app(
         route = routes.get(name)
         if route is None:
             return refuse(404, "unknown_route", "unknown audit route", name, peer)
-        if not route.clients.allows(peer):
-            return refuse(403, "client_not_allowed", "this client may not post here", name, peer)
-        if request.content_type != "application/json":
-            return refuse(415, "content_type", "want application/json", name, peer)
-        too_large = f"body over {max_body} bytes"
-        if request.content_length is not None and request.content_length > max_body:
-            return refuse(413, "body_too_large", too_large, name, peer)
         try:
-            async with asyncio.timeout(read_timeout):
-                body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return refuse(413, "body_too_large", too_large, name, peer)
-        except TimeoutError:
-            return refuse(408, "read_timeout", "body not received in time", name, peer)
-        try:
-            if len(body) > _THREAD_DECODE_BYTES:
-                decoded = await asyncio.to_thread(_decode, body, max_events, budget)
-            else:
-                decoded = _decode(body, max_events, budget)
-        except _OverBudget:
-            message = f"body could decode to more than {budget} bytes"
-            return refuse(413, "decoded_too_large", message, name, peer)
-        except AuditTooLarge as exc:
-            return refuse(413, "too_many_events", str(exc), name, peer)
-        except AuditDecodeError as exc:
-            return refuse(400, "not_an_event_list", str(exc), name, peer)
+            if not route.clients.allows(peer):
+                raise Refused(403, "client_not_allowed", "this client may not post here")
+            body = await read_body(request, max_body, read_timeout)
+            decoded = await _decoded(body, max_events, budget)
+        except Refused as no:
+            return refuse(no.status, no.reason, no.message, name, peer)
         _count(decoded)
         metrics.AUDIT_LAST_EVENT.labels(route.name).set(time.time())
         try:
