@@ -16,7 +16,8 @@ from typing import Any, Literal, TypeVar
 from kubescribe.devenv.controlplane import ControlPlane
 from kubescribe.devenv.gitremote import BareRemote, git
 from kubescribe.devenv.operator import OperatorProcess
-from kubescribe.git.targets import TargetConfig, WriteReport
+from kubescribe.git.records import WriteReport
+from kubescribe.git.targets import TargetConfig
 from kubescribe.git.worker import BranchWorker
 from kubescribe.mirror.changes import Change, Cursor, Snapshot, TargetKey
 from tests.builders import COMMITTER, TARGET

@@ -51,7 +51,8 @@ from kubescribe.controller.tenantreads import TenantReadReviews
 from kubescribe.controller.webhooks import NAME as WEBHOOK_NAME
 from kubescribe.controller.webhooks import ChangeWebhook
 from kubescribe.git.cachequota import NamespaceCache
-from kubescribe.git.targets import Committer, KustomizeConfig, TargetConfig, WriteReport
+from kubescribe.git.records import WriteReport
+from kubescribe.git.targets import Committer, KustomizeConfig, TargetConfig
 from kubescribe.git.worker import BranchWorker
 from kubescribe.kube.client import ApiError, KubeClient
 from kubescribe.kube.discovery import Discovered, discover
