@@ -695,6 +695,12 @@ class WriteThrough:
     edits: dict[str, Kustomization] = field(default_factory=dict)  # by directory
     problem: str | None = None
 
+    def edited(self, k: Kustomization) -> Kustomization:
+        """The copy of `k` this write edits."""
+        if k.dir not in self.edits:
+            self.edits[k.dir] = k.copy()
+        return self.edits[k.dir]
+
 
 def write_through(
     live: Mapping[str, Any],
@@ -704,24 +710,14 @@ def write_through(
 ) -> WriteThrough:
     """The file content of a live (sanitized) object listed through `chain` (innermost
     first), given the file's `old` content, and the edits of the kustomizations that govern
-    its fields: namespace, name affixes, images, replicas."""
+    its fields: namespace, name affixes, images, replicas, labels and annotations."""
     doc: dict[str, Any] = copy.deepcopy(dict(live))
     out = WriteThrough(doc)
     meta = doc.setdefault("metadata", {})
     old_meta = (old or {}).get("metadata") or {}
-    # namespace
-    namespace = _namespace(chain)
-    if namespace and namespaced(identity):
-        if identity.namespace != namespace:
-            out.problem = (
-                f"namespace {namespace} of the kustomization rewrites {identity.namespace}"
-            )
-            return out
-        if old_meta.get("namespace"):
-            meta["namespace"] = old_meta["namespace"]
-        else:
-            meta.pop("namespace", None)
-    # name
+    out.problem = _through_namespace(meta, old_meta, identity, chain)
+    if out.problem is not None:
+        return out
     prefix, suffix = _affixes(chain)
     name = identity.name
     if not (name.startswith(prefix) and name.endswith(suffix) and len(name) > len(prefix + suffix)):
@@ -729,87 +725,141 @@ def write_through(
         return out
     base_name = name[len(prefix) : len(name) - len(suffix)]
     meta["name"] = old_meta.get("name") or base_name
-
-    def edited(k: Kustomization) -> Kustomization:
-        if k.dir not in out.edits:
-            out.edits[k.dir] = k.copy()
-        return out.edits[k.dir]
-
-    # replicas
-    names = names_of(base_name, chain)
     if identity.kind in _REPLICA_KINDS:
-        live_count = (live.get("spec") or {}).get("replicas")
-        governing: tuple[Kustomization, int] | None = None
-        for k in chain:
-            for i, entry in enumerate(k.entries("replicas")):
-                if isinstance(entry, Mapping) and entry.get("name") in names:
-                    governing = (k, i)
-        if governing is not None and isinstance(live_count, int):
-            k, i = governing
-            entry = edited(k).data["replicas"][i]
-            if entry.get("count") != live_count:
-                entry["count"] = live_count
-            old_count = ((old or {}).get("spec") or {}).get("replicas")
-            if old_count is not None:
-                doc["spec"]["replicas"] = old_count
-            elif old is not None:
-                doc["spec"].pop("replicas", None)
-    # images
+        _through_replicas(out, live, old, names_of(base_name, chain), chain)
+    out.problem = _through_images(out, old, chain) or _through_metadata(
+        doc, live, old, identity.kind, chain
+    )
+    if out.problem is not None:
+        return out
+    # drop edits that change nothing
+    for directory in [d for d, k in out.edits.items() if k.data == _by_dir(chain)[d].data]:
+        del out.edits[directory]
+    return out
+
+
+def _through_namespace(
+    meta: dict[str, Any],
+    old_meta: Mapping[str, Any],
+    identity: Identity,
+    chain: list[Kustomization],
+) -> str | None:
+    """The file keeps its own namespace (or none) when a kustomization sets it."""
+    namespace = _namespace(chain)
+    if not namespace or not namespaced(identity):
+        return None
+    if identity.namespace != namespace:
+        return f"namespace {namespace} of the kustomization rewrites {identity.namespace}"
+    if old_meta.get("namespace"):
+        meta["namespace"] = old_meta["namespace"]
+    else:
+        meta.pop("namespace", None)
+    return None
+
+
+def _through_replicas(
+    out: WriteThrough,
+    live: Mapping[str, Any],
+    old: Mapping[str, Any] | None,
+    names: set[str],
+    chain: list[Kustomization],
+) -> None:
+    """A `replicas:` entry that governs the workload takes the live count; the file keeps its
+    own."""
+    live_count = (live.get("spec") or {}).get("replicas")
+    governing: tuple[Kustomization, int] | None = None
+    for k in chain:
+        for i, entry in enumerate(k.entries("replicas")):
+            if isinstance(entry, Mapping) and entry.get("name") in names:
+                governing = (k, i)
+    if governing is None or not isinstance(live_count, int):
+        return
+    k, i = governing
+    entry = out.edited(k).data["replicas"][i]
+    if entry.get("count") != live_count:
+        entry["count"] = live_count
+    old_count = ((old or {}).get("spec") or {}).get("replicas")
+    if old_count is not None:
+        out.document["spec"]["replicas"] = old_count
+    elif old is not None:
+        out.document["spec"].pop("replicas", None)
+
+
+def _through_images(
+    out: WriteThrough, old: Mapping[str, Any] | None, chain: list[Kustomization]
+) -> str | None:
+    """Each container image an `images:` entry rewrites is set in that entry; the file keeps
+    its own image."""
     old_containers = dict(_containers(old)) if old is not None else {}
-    for path, container in _containers(doc):
+    for path, container in _containers(out.document):
         image = container.get("image")
         if not isinstance(image, str):
             continue
         before = old_containers.get(path, {}).get("image")
         start = before if isinstance(before, str) else image
-        applied: list[tuple[Kustomization, int]] = []
-        value = start
-        for k in chain:
-            for i, entry in enumerate(k.entries("images")):
-                if isinstance(entry, Mapping) and image_matches(value, str(entry.get("name", ""))):
-                    value = apply_image(value, entry)
-                    applied.append((k, i))
-        if not applied:
-            # the image is the file's own; no entry may start rewriting it
-            probe = image
-            for k in chain:
-                for entry in k.entries("images"):
-                    if isinstance(entry, Mapping) and image_matches(
-                        probe, str(entry.get("name", ""))
-                    ):
-                        out.problem = (
-                            f"images entry {entry.get('name')} in {k.path} would rewrite {image}"
-                        )
-                        return out
-            continue
-        if len(applied) > 1:
-            out.problem = f"image {image} is rewritten by {len(applied)} images entries"
-            return out
-        if value == image:
-            container["image"] = start
-            continue
-        k, i = applied[0]
-        entry = edited(k).data["images"][i]
-        entry_name = str(entry.get("name"))
-        name_, tag, digest = split_image(image)
-        _set(entry, "newName", name_ if name_ != entry_name else None)
-        _set(entry, "newTag", tag or None)
-        _set(entry, "digest", digest or None)
-        container["image"] = start if (tag or digest) else split_image(start)[0]
-        if apply_image(container["image"], entry) != image:
-            out.problem = f"images entry {entry_name} in {k.path} cannot render {image}"
-            return out
-    # labels and annotations the kustomizations set
+        problem = _through_image(out, container, image, start, chain)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _through_image(
+    out: WriteThrough,
+    container: dict[str, Any],
+    image: str,
+    start: str,
+    chain: list[Kustomization],
+) -> str | None:
+    applied: list[tuple[Kustomization, int]] = []
+    value = start
+    for k in chain:
+        for i, entry in enumerate(k.entries("images")):
+            if isinstance(entry, Mapping) and image_matches(value, str(entry.get("name", ""))):
+                value = apply_image(value, entry)
+                applied.append((k, i))
+    if not applied:
+        return _image_rewriter(image, chain)  # the file's own image: no entry may rewrite it
+    if len(applied) > 1:
+        return f"image {image} is rewritten by {len(applied)} images entries"
+    if value == image:
+        container["image"] = start
+        return None
+    k, i = applied[0]
+    entry = out.edited(k).data["images"][i]
+    entry_name = str(entry.get("name"))
+    name, tag, digest = split_image(image)
+    _set(entry, "newName", name if name != entry_name else None)
+    _set(entry, "newTag", tag or None)
+    _set(entry, "digest", digest or None)
+    container["image"] = start if (tag or digest) else split_image(start)[0]
+    if apply_image(container["image"], entry) != image:
+        return f"images entry {entry_name} in {k.path} cannot render {image}"
+    return None
+
+
+def _image_rewriter(image: str, chain: list[Kustomization]) -> str | None:
+    """The `images:` entry that would start rewriting `image`, named, or None."""
+    for k in chain:
+        for entry in k.entries("images"):
+            if isinstance(entry, Mapping) and image_matches(image, str(entry.get("name", ""))):
+                return f"images entry {entry.get('name')} in {k.path} would rewrite {image}"
+    return None
+
+
+def _through_metadata(
+    doc: dict[str, Any],
+    live: Mapping[str, Any],
+    old: Mapping[str, Any] | None,
+    kind: str,
+    chain: list[Kustomization],
+) -> str | None:
+    """Labels and annotations the kustomizations set are left to them."""
     for k in chain:
         for where, pairs, specs in _metadata_sets(k):
-            problem = _unset(doc, live, old, identity.kind, pairs, specs)
+            problem = _unset(doc, live, old, kind, pairs, specs)
             if problem is not None:
-                out.problem = f"{where} in {k.path}: {problem}"
-                return out
-    # drop edits that change nothing
-    for directory in [d for d, k in out.edits.items() if k.data == _by_dir(chain)[d].data]:
-        del out.edits[directory]
-    return out
+                return f"{where} in {k.path}: {problem}"
+    return None
 
 
 def _metadata_sets(k: Kustomization) -> list[tuple[str, dict[str, str], list[_Spec]]]:
