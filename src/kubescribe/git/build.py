@@ -2,13 +2,13 @@
 the file edits of each commit checked against the target's index.
 
 The steps are modules of their own: the commit chain (`git.chain`), a commit's edits
-(`git.plan`), where a document goes in a kustomized folder (`mirror.placement`), the render
-check (`git.rendercheck`), re-encryption (`git.reencrypt`) and what a build leaves to the next
-(`git.buildcache`). This module takes each item of the batch through them."""
+(`git.plan`), a document's file (`git.documents`), where a document goes in a kustomized folder
+(`mirror.placement`), the render check (`git.rendercheck`), re-encryption (`git.reencrypt`) and
+what a build leaves to the next (`git.buildcache`). This module takes each item of the batch
+through them."""
 
 from __future__ import annotations
 
-import posixpath
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +18,7 @@ import pygit2
 from kubescribe.api import conditions as c
 from kubescribe.git.buildcache import BuildCache, BuiltState
 from kubescribe.git.chain import CommitChain, read_file
+from kubescribe.git.documents import DocumentFiles
 from kubescribe.git.index import Entry, TargetIndex, folder_tree
 from kubescribe.git.plan import Plan
 from kubescribe.git.records import Group, Item, Refusal, RequestHandle, Skipped, WriteReport
@@ -26,12 +27,10 @@ from kubescribe.git.rendercheck import render_check
 from kubescribe.git.targets import (
     Committer,
     Encrypting,
-    RefusedContent,
     TargetConfig,
     upkeep_key,
 )
-from kubescribe.gitnames import has_reserved_segment
-from kubescribe.mirror import boundedyaml, docedit, messages
+from kubescribe.mirror import boundedyaml, messages
 from kubescribe.mirror.authors import Author
 from kubescribe.mirror.changes import Change, Operation, PruneMode, Snapshot, TargetKey
 from kubescribe.mirror.identity import (
@@ -78,20 +77,6 @@ class _Staged:
 
     tree: pygit2.Oid
     text: str
-
-
-@dataclass(frozen=True)
-class _File:
-    """Where a document's file goes, and what it holds now. `multi`: the multi-document file
-    it lives in (its document known there as `held`); `previous`: the document's current
-    bytes (of the same kind, plain or encrypted)."""
-
-    path: str
-    entry: Entry | None
-    encrypted: bool
-    held: Identity
-    previous: bytes | None = None
-    multi: bytes | None = None
 
 
 class Build:
@@ -159,6 +144,12 @@ class Build:
 
     def _refuser(self, config: TargetConfig) -> Callable[[Refusal], None]:
         return lambda refusal: self._refuse(config, refusal)
+
+    def _documents(self, config: TargetConfig) -> DocumentFiles:
+        """The target's document files, on the chain's tree."""
+        self.index(config)  # loads the target's failing documents
+        failing = self.state.failing[config.key]
+        return DocumentFiles(self.chain, config, self._refuser(config), failing, self.log)
 
     # -- items -----------------------------------------------------------------------------
     def apply(self, item: Item) -> None:
@@ -353,7 +344,7 @@ class Build:
                 message = "not written through: the kustomization could not be read"
                 self._refuse(config, Refusal(identity, c.KUSTOMIZE_UNSUPPORTED, message))
         else:
-            self._write(config, plan, identity, rtype, document, config.folder)
+            self._documents(config).write(plan, identity, rtype, document, config.folder)
 
     def _upsert_kustomized(
         self,
@@ -380,8 +371,7 @@ class Build:
         )
         path = None
         if placement.folder is not None:
-            path = self._write(
-                config,
+            path = self._documents(config).write(
                 plan,
                 identity,
                 rtype,
@@ -436,132 +426,6 @@ class Build:
                     found.setdefault(render_identity(held, chain), path)
         return found
 
-    def _write(
-        self,
-        config: TargetConfig,
-        plan: Plan,
-        identity: Identity,
-        rtype: ResourceType,
-        document: Mapping[str, Any],
-        folder: str,
-        placed_as: Identity | None = None,
-    ) -> str | None:
-        """Plan the document's file (new ones at the layout path of `placed_as`, by default
-        their identity, under `folder`); the path written (also when unchanged), None when
-        refused."""
-        file: _File | None = None
-        try:
-            file = self._locate(config, plan, identity, rtype, folder, placed_as)
-            data = self._render(config, identity, rtype, document, file)
-        except RefusedContent as refused:
-            self._refuse(config, Refusal(identity, refused.reason, refused.message))
-            return None
-        except Exception as exc:  # one bad document must not block the branch
-            self.log.exception("build.render_failed", target=str(config.key), kind=identity.kind)
-            where = f"{file.path}: " if file is not None else ""
-            message = f"{where}{type(exc).__name__}: {exc}"
-            self._refuse(config, Refusal(identity, c.RENDER_FAILED, message))
-            return None
-        self.state.failing[config.key].pop(identity, None)
-        if data is not None:
-            self._plan_file(plan, identity, file, *data)
-        return file.path
-
-    def _locate(
-        self,
-        config: TargetConfig,
-        plan: Plan,
-        identity: Identity,
-        rtype: ResourceType,
-        folder: str,
-        placed_as: Identity | None,
-    ) -> _File:
-        """Where the document's file goes: where it is (renamed when it turns plain or
-        encrypted), or at its layout path; `RefusedContent` for a path it may not take."""
-        entry = plan.index.get(identity)
-        encrypted = config.renderer.encrypted(rtype)
-        file = _File("", entry, encrypted, identity)
-        if entry is not None and entry.multi:
-            file = self._open_multi(plan, identity, entry, encrypted)
-        entry = file.entry
-        if entry is None:
-            layout_path = config.layout.path_for(placed_as or identity, rtype, encrypted=encrypted)
-            file = _File(posixpath.join(folder, layout_path), None, encrypted, identity)
-        elif file.multi is not None:
-            file = _replace_path(file, entry.path)
-        elif entry.path.endswith(ENCRYPTED_SUFFIX) == encrypted:
-            blob = self.repo[entry.oid]
-            assert isinstance(blob, pygit2.Blob)
-            file = _File(entry.path, entry, encrypted, identity, previous=blob.data)
-        else:
-            file = _replace_path(file, _swap_suffix(entry.path, encrypted))
-        path = file.path
-        if (entry is None or entry.path != path) and has_reserved_segment(path):
-            raise RefusedContent(c.INVALID_PATH, f"{path}: Git refuses a segment of this path")
-        if file.multi is None and not plan.free(path, identity):
-            raise RefusedContent(c.PATH_CONFLICT, f"{path} already holds another file")
-        return file
-
-    def _open_multi(self, plan: Plan, identity: Identity, entry: Entry, encrypted: bool) -> _File:
-        """A document of a multi-document file: edited there, or (encrypted, or the file
-        gone) taken out of it for a file of its own (`entry` None)."""
-        held = entry.held or identity  # as the file knows it
-        current = self._multi_file(plan, entry.path)
-        if encrypted or current is None:  # encrypted documents get a file of their own
-            if current is not None:
-                self._keep_multi(plan, entry.path, docedit.remove(current, held))
-            return _File("", None, encrypted, held)
-        previous = docedit.body_of(current, held)
-        return _File(entry.path, entry, encrypted, held, previous=previous, multi=current)
-
-    def _render(
-        self,
-        config: TargetConfig,
-        identity: Identity,
-        rtype: ResourceType,
-        document: Mapping[str, Any],
-        file: _File,
-    ) -> tuple[bytes, bytes] | None:
-        """The file's new bytes, and the renderer's own (None: a document of a multi-document
-        file that stays as it is)."""
-        previous = file.previous
-        data = config.renderer.render(identity, rtype, document, previous)
-        rendered = data
-        ours = file.entry is not None and file.entry.rendered and file.multi is None
-        if previous is not None and not file.encrypted and not ours:
-            # A file a person keeps: unchanged content keeps its bytes, a change keeps
-            # comments and formatting where values did not change.
-            data = docedit.adopt(previous, document, data)
-        if file.multi is None:
-            return data, rendered
-        if data == previous:
-            return None
-        return docedit.replace(file.multi, file.held, data), rendered
-
-    def _plan_file(
-        self, plan: Plan, identity: Identity, file: _File, data: bytes, rendered: bytes
-    ) -> None:
-        oid = pygit2.hash(data)
-        if file.multi is not None:
-            self._keep_multi(plan, file.path, data)
-            plan.write(identity, Entry(file.path, oid, multi=True, held=file.held))
-            return
-        entry = file.entry
-        if entry is not None and entry.path == file.path and entry.oid == oid:
-            return
-        self.repo.create_blob(data)
-        ours = data == rendered and not file.encrypted
-        plan.write(identity, Entry(file.path, oid, rendered=ours))
-
-    def _multi_file(self, plan: Plan, path: str) -> bytes | None:
-        """A multi-document file as this commit has it so far."""
-        return plan.multi[path] if path in plan.multi else self.chain.file(path)
-
-    def _keep_multi(self, plan: Plan, path: str, data: bytes | None) -> None:
-        plan.multi[path] = data
-        if data is not None:
-            self.repo.create_blob(data)
-
     def _delete(self, plan: Plan, config: TargetConfig, identity: Identity, entry: Entry) -> None:
         """Plan removing a document's file, and its entries in the kustomizations."""
         tree = self.state.ktrees.get(config.key)
@@ -569,17 +433,8 @@ class Build:
         if blocked is not None:
             self._refuse(config, Refusal(identity, c.KUSTOMIZE_UNSUPPORTED, blocked))
             return
-        if entry.multi:
-            current = self._multi_file(plan, entry.path)
-            held = entry.held or identity
-            left = docedit.remove(current, held) if current is not None else None
-            self._keep_multi(plan, entry.path, left)
-            plan.deletes[identity] = entry
-            if left is not None:
-                return  # the file stays, and stays listed
-        else:
-            plan.delete(identity, entry)
-        if tree is not None:
+        # a multi-document file stays, and stays listed, while it holds other documents
+        if self._documents(config).remove(plan, identity, entry) and tree is not None:
             plan.kustomizations |= unlist(tree, identity, entry.path)
 
     # -- after the items -------------------------------------------------------------------
@@ -675,13 +530,3 @@ class Build:
 def _file_identity(path: str) -> Identity:
     """How status names a file that holds no known document (`File <path>`)."""
     return Identity("", "File", "", path)
-
-
-def _replace_path(file: _File, path: str) -> _File:
-    return _File(path, file.entry, file.encrypted, file.held, file.previous, file.multi)
-
-
-def _swap_suffix(path: str, encrypted: bool) -> str:
-    if encrypted:
-        return path.removesuffix(".yml").removesuffix(".yaml") + ENCRYPTED_SUFFIX
-    return path.removesuffix(ENCRYPTED_SUFFIX) + ".yaml"
