@@ -920,19 +920,31 @@ def _unset(
         for key, value in pairs.items():
             if live_map.get(key) != value:
                 return f"sets {key}={value} but the live object has {live_map.get(key)!r}"
-        old_map = _at(old, path) if old is not None else None
-        if not create and old is None:
-            continue  # kept: kustomize adds to such a map only when the file has it
-        parent = _at(doc, path[:-1])
-        target = _at(doc, path)
-        if not isinstance(parent, dict) or not isinstance(target, dict):
-            continue
-        for key in pairs:
-            if not (isinstance(old_map, Mapping) and key in old_map):
-                target.pop(key, None)
-        if not target and not isinstance(old_map, Mapping) and create:
-            del parent[path[-1]]
+        # a map kustomize does not create is kept: it adds to it only when the file has it
+        if create or old is not None:
+            _drop_pairs(doc, old, path, pairs, create)
     return None
+
+
+def _drop_pairs(
+    doc: dict[str, Any],
+    old: Mapping[str, Any] | None,
+    path: tuple[str, ...],
+    pairs: dict[str, str],
+    create: bool,
+) -> None:
+    """Take the pairs out of the map at `path` of `doc`, but those the file had (and the
+    map, when it was not there before and nothing else is left in it)."""
+    old_map = _at(old, path) if old is not None else None
+    parent = _at(doc, path[:-1])
+    target = _at(doc, path)
+    if not isinstance(parent, dict) or not isinstance(target, dict):
+        return
+    for key in pairs:
+        if not (isinstance(old_map, Mapping) and key in old_map):
+            target.pop(key, None)
+    if not target and not isinstance(old_map, Mapping) and create:
+        del parent[path[-1]]
 
 
 def _by_dir(chain: list[Kustomization]) -> dict[str, Kustomization]:
