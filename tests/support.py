@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from kubescribe.git.targets import TargetConfig, WriteReport
+from kubescribe.git.records import WriteReport
+from kubescribe.git.targets import TargetConfig
 from kubescribe.git.worker import BranchWorker
 from kubescribe.mirror.changes import Change, Cursor, Snapshot, TargetKey
 from kubescribe_devenv.controlplane import ControlPlane

@@ -886,7 +886,7 @@ def snapshot(
             err=True,
         )
     elif exported.refused:
-        message = exported.refused[0][2]
+        message = exported.refused[0].message
         more = f" (and {len(exported.refused) - 1} more)" if len(exported.refused) > 1 else ""
         raise click.ClickException(f"{message}{more}")
 

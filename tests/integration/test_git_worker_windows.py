@@ -13,7 +13,7 @@ import pytest
 
 from kubescribe import metrics
 from kubescribe.api.conditions import NOTHING_TO_COMMIT, PUSHED, TARGET_NOT_WRITABLE, WORKER_STOPPED
-from kubescribe.git.intake import RequestOutcome
+from kubescribe.git.records import RequestOutcome
 from kubescribe.git.targets import PlainRenderer, RefusedContent, TargetConfig
 from kubescribe.git.worker import BranchWorker
 from kubescribe.mirror.authors import UNRESOLVED, AttributionMode, Author, ObjectEvent

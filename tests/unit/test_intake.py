@@ -12,7 +12,8 @@ from kubescribe.api.conditions import NOTHING_TO_COMMIT, TARGET_NOT_WRITABLE, WO
 from kubescribe.attribution.decode import FACT_WRITE, Fact
 from kubescribe.attribution.facts import keyed
 from kubescribe.attribution.resolver import AuditAuthorResolver
-from kubescribe.git.intake import Group, Intake, Skipped
+from kubescribe.git.intake import Intake
+from kubescribe.git.records import Group, Skipped
 from kubescribe.mirror.authors import (
     UNRESOLVED,
     AttributionMode,

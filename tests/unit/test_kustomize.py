@@ -13,14 +13,16 @@ from kubescribe.mirror.kustomize import (
     Kustomization,
     KustomizeError,
     Tree,
-    apply_image,
     build_refusal,
     generated_by,
+    render_identity,
+    unsupported,
+)
+from kubescribe.mirror.writethrough import (
+    apply_image,
     image_matches,
     remove_replicas,
-    render_identity,
     split_image,
-    unsupported,
     write_through,
 )
 

@@ -16,7 +16,7 @@ from kubescribe.controller.object_status import (
 )
 from kubescribe.controller.plan import Plan
 from kubescribe.controller.status import Cond
-from kubescribe.git.targets import WriteReport
+from kubescribe.git.records import Refusal, WriteReport
 from kubescribe.kube.discovery import Discovered
 from kubescribe.mirror.changes import TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
@@ -47,7 +47,8 @@ def report(ok: bool = True, reason: str = c.PUSHED, **kw: Any) -> WriteReport:
         "documents": 3,
         "retained": 1,
     }
-    return WriteReport(KEY, ok, reason, "Up to date" if ok else "no route", **{**fields, **kw})
+    message = "Up to date" if ok else "no route"
+    return WriteReport(target=KEY, ok=ok, reason=reason, message=message, **{**fields, **kw})
 
 
 def table(conds: list[Cond]) -> dict[str, tuple[str, str]]:
@@ -111,7 +112,7 @@ def test_a_failed_push_decides_ready_and_reconciles() -> None:
 
 
 def test_refused_documents_stall_the_target_but_not_the_push() -> None:
-    refused = [(Identity("", "Secret", "ns", "db"), c.ENCRYPTION_MISSING, "no recipient")]
+    refused = [Refusal(Identity("", "Secret", "ns", "db"), c.ENCRYPTION_MISSING, "no recipient")]
     facts = TargetFacts(
         streams=1, synced=1, streams_running=RUNNING, report=report(failing=refused)
     )
@@ -137,7 +138,7 @@ def test_a_render_check_that_cannot_run_is_unknown_and_does_not_decide_ready() -
     web = Identity("apps", "Deployment", "ns", "web")
     known = report(
         kustomization="mirror/kustomization.yaml",
-        failing=[(web, c.KUSTOMIZE_UNSUPPORTED, "a patch targets it")],
+        failing=[Refusal(web, c.KUSTOMIZE_UNSUPPORTED, "a patch targets it")],
     )
     conds, _ = target_status(t, TargetFacts(report=known, render_check_unavailable=True))
     assert table(conds)[c.RENDER_MATCHES_LIVE] == ("False", c.KUSTOMIZE_UNSUPPORTED)

@@ -16,8 +16,8 @@ from kubescribe.controller.provider_evidence import NOT_PROBED, Evidence, combin
 from kubescribe.controller.provider_sources import Sources
 from kubescribe.controller.providers import Providers, _State
 from kubescribe.git.probe import Verdict
+from kubescribe.git.records import WriteReport
 from kubescribe.git.signing import SigningKey
-from kubescribe.git.targets import WriteReport
 from kubescribe.git.transport.secret import Credentials
 from kubescribe.mirror.changes import TargetKey
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY
@@ -183,7 +183,14 @@ def test_unknown_replaces_unknown_or_true() -> None:
 
 
 def report(ok: bool, reason: str, pushed_at: float | None, commit: str | None = None) -> Any:
-    return WriteReport(TargetKey("ns", "t"), ok, reason, "msg", commit, pushed_at, 0, 0)
+    return WriteReport(
+        target=TargetKey("ns", "t"),
+        ok=ok,
+        reason=reason,
+        message="msg",
+        commit=commit,
+        pushed_at=pushed_at,
+    )
 
 
 def test_push_reports_deny_and_a_later_accepted_push_clears() -> None:

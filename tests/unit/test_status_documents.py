@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kubescribe.controller.status import documents_condition, kstatus
+from kubescribe.git.records import Refusal
 from kubescribe.mirror.identity import Identity
 
 BAD = Identity("rbac.authorization.k8s.io", "ClusterRole", "", ".git")
@@ -17,7 +18,10 @@ def test_every_document_written_is_true() -> None:
 
 def test_an_invalid_path_makes_the_target_not_ready_and_stalled() -> None:
     cond = documents_condition(
-        [(BAD, "InvalidPath", ".git/x.yaml: Git refuses"), (CONFLICT, "PathConflict", "taken")]
+        [
+            Refusal(BAD, "InvalidPath", ".git/x.yaml: Git refuses"),
+            Refusal(CONFLICT, "PathConflict", "taken"),
+        ]
     )
     assert (cond.status, cond.reason) == ("False", "InvalidPath")
     assert cond.message == (
@@ -31,7 +35,9 @@ def test_an_invalid_path_makes_the_target_not_ready_and_stalled() -> None:
 
 def test_the_message_counts_and_names_the_first_three() -> None:
     failing = [
-        (Identity("", "ConfigMap", "ns1", f"c{i}"), "DuplicateIdentity", f"x/c{i}.yaml holds it")
+        Refusal(
+            Identity("", "ConfigMap", "ns1", f"c{i}"), "DuplicateIdentity", f"x/c{i}.yaml holds it"
+        )
         for i in range(5)
     ]
     cond = documents_condition(failing)

@@ -40,10 +40,7 @@ from kubescribe.api import conditions as c
 from kubescribe.api.models import CommitRequestSpec
 from kubescribe.controller.plan import TargetPlan
 from kubescribe.controller.status import Cond, StatusWriter, build_status
-from kubescribe.git.intake import (
-    RequestHandle,
-    RequestOutcome,
-)
+from kubescribe.git.records import RequestHandle, RequestOutcome
 from kubescribe.git.worker import BranchWorker
 from kubescribe.kube.client import ApiError, KubeClient
 from kubescribe.kube.informer import Informer, ObjectKey, as_is, key_of

@@ -43,7 +43,8 @@ from kubescribe.controller.tenantreads import TenantReadReviews
 from kubescribe.controller.webhooks import NAME as WEBHOOK_NAME
 from kubescribe.controller.webhooks import ChangeWebhook
 from kubescribe.git.cachequota import NamespaceCache
-from kubescribe.git.targets import Committer, KustomizeConfig, TargetConfig, WriteReport
+from kubescribe.git.records import WriteReport
+from kubescribe.git.targets import Committer, KustomizeConfig, TargetConfig
 from kubescribe.git.worker import BranchWorker
 from kubescribe.kube.client import ApiError, KubeClient
 from kubescribe.kube.discovery import Discovered, discover
@@ -283,8 +284,7 @@ class Manager:
         )
 
     async def release_leases(self, timeout: float) -> None:
-        """Release every writer Lease and leave the membership (also the last resort of a
-        shutdown that overran: see kubescribe.stopping)."""
+        """Release the writer Leases, leave the membership (a late stop's last resort too)."""
         if self.parts.shards is not None and not await within(self.parts.shards.stop(), timeout):
             log.warning("operator.leases_not_released", reason="the API server did not answer")
 

@@ -17,7 +17,7 @@ from kubescribe.controller.status import (
     render_condition,
     rfc3339,
 )
-from kubescribe.git.targets import WriteReport
+from kubescribe.git.records import WriteReport
 from kubescribe.mirror.authors import AttributionMode
 
 UNRESOLVED_ALARM = 5  # changes in a row without an author before a target says so

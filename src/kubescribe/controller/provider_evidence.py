@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kubescribe.api import conditions as c
-from kubescribe.git.targets import WriteReport
+from kubescribe.git.records import WriteReport
 from kubescribe.git.transport.errors import GitFailure
 
 Status = Literal["True", "False", "Unknown"]

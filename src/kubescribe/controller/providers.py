@@ -52,8 +52,8 @@ from kubescribe.controller.provider_evidence import NOT_PROBED, Evidence, combin
 from kubescribe.controller.provider_sources import Sources, read_sources, signing_condition
 from kubescribe.controller.status import Cond, kstatus
 from kubescribe.git.probe import RemoteProbe, Verdict, probe_remote, use_home
+from kubescribe.git.records import WriteReport
 from kubescribe.git.repo import CommitSigner, MissingSigner
-from kubescribe.git.targets import WriteReport
 from kubescribe.git.transport.callbacks import remote_callbacks
 from kubescribe.git.transport.known_hosts import write_host_key_preferences
 from kubescribe.git.transport.secret import Credentials

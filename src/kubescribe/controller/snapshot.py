@@ -14,7 +14,8 @@ import pygit2
 
 from kubescribe.controller.encryption import SopsRenderer, unencrypted_renderer
 from kubescribe.controller.streams import StreamSpec, TargetStream
-from kubescribe.git.targets import Committer, Refusal, TargetConfig, WriteReport
+from kubescribe.git.records import Refusal, WriteReport
+from kubescribe.git.targets import Committer, TargetConfig
 from kubescribe.git.worker import BranchWorker
 from kubescribe.kube.client import KubeClient
 from kubescribe.kube.discovery import Discovered, discover
@@ -153,8 +154,10 @@ async def run_snapshot(
         if failed or not flushed:
             why = f"{failed[-1].reason}: {failed[-1].message}" if failed else "write timed out"
             raise SnapshotError(why)
-        refused = {r[0]: r for report in reports for r in report.refused}
-        not_written = tuple(sorted(refused.values(), key=lambda r: (r[0].kind, r[0].ref)))
+        refused = {r.identity: r for report in reports for r in report.refused}
+        not_written = tuple(
+            sorted(refused.values(), key=lambda r: (r.identity.kind, r.identity.ref))
+        )
         staged = bare.references.get(f"refs/heads/{branch}")
         if staged is None:
             return Exported(None, not_written)

@@ -13,8 +13,8 @@ import structlog
 from kubescribe.api import conditions as c
 from kubescribe.api.models import ConditionStatus
 from kubescribe.controller.events import EventRecorder
+from kubescribe.git.records import Refusal
 from kubescribe.kube.client import ApiError, KubeClient
-from kubescribe.mirror.identity import Identity
 
 log = structlog.get_logger(__name__)
 GROUP_VERSION = "kubescribe.io/v1alpha1"
@@ -28,14 +28,14 @@ class Cond:
     message: str
 
 
-def documents_condition(failing: Sequence[tuple[Identity, str, str]]) -> Cond:
+def documents_condition(failing: Sequence[Refusal]) -> Cond:
     """`DocumentsWritten`: False, with the first one's reason, while documents cannot be
     written (a path Git refuses, a conflict, a render or encryption refusal)."""
-    failing = [f for f in failing if f[1] not in c.RENDER_REASONS]
+    failing = [f for f in failing if f.reason not in c.RENDER_REASONS]
     if not failing:
         return Cond(c.DOCUMENTS_WRITTEN, "True", c.DOCUMENTS_WRITTEN, "Every document is written")
-    reason = failing[0][1]
-    first = "; ".join(f"{i.kind} {i.ref}: {m}" for i, _, m in failing[:_LISTED])
+    reason = failing[0].reason
+    first = "; ".join(f"{f.identity.kind} {f.identity.ref}: {f.message}" for f in failing[:_LISTED])
     more = f" (and {len(failing) - _LISTED} more)" if len(failing) > _LISTED else ""
     text = f"{len(failing)} document(s) not written: {first}{more}"
     return Cond(c.DOCUMENTS_WRITTEN, "False", reason, text)
@@ -50,14 +50,14 @@ NO_KUSTOMIZE = (
 
 def render_condition(
     kustomization: str,
-    failing: Sequence[tuple[Identity, str, str]],
+    failing: Sequence[Refusal],
     check_unavailable: bool = False,
 ) -> Cond:
     """`RenderMatchesLive` of a target written through `kustomization`: False while an object
     is not rendered as live (a construct not written through, or a render check mismatch);
     Unknown when nothing says so but the render check asked for cannot run (no kustomize
     binary): True would claim a check that never ran. Writes go on either way."""
-    failing = [f for f in failing if f[1] in c.RENDER_REASONS]
+    failing = [f for f in failing if f.reason in c.RENDER_REASONS]
     if not failing and check_unavailable:
         return Cond(
             c.RENDER_MATCHES_LIVE,

@@ -37,6 +37,7 @@ import structlog
 
 from kubescribe import metrics
 from kubescribe.api import conditions as c
+from kubescribe.git.records import Group, RequestHandle, RequestOutcome, Skipped
 from kubescribe.mirror.authors import (
     UNRESOLVED,
     AttributionMode,
@@ -45,14 +46,12 @@ from kubescribe.mirror.authors import (
     ObjectEvent,
     inferred_author,
 )
-from kubescribe.mirror.changes import Change, Cursor, Snapshot, TargetKey
+from kubescribe.mirror.changes import Change, Snapshot, TargetKey
 from kubescribe.mirror.digest import content_digest
 from kubescribe.mirror.ignore import NO_IGNORE, IgnoredBy, IgnoreRule
-from kubescribe.mirror.window import Closed, CloseReason, Hold, WindowPolicy, Windows
+from kubescribe.mirror.window import Closed, CloseReason, WindowPolicy, Windows
 
 log = structlog.get_logger(__name__)
-
-# RequestOutcome reasons (stable: they become CommitRequest condition reasons).
 
 
 class WindowSettings(Protocol):
@@ -72,90 +71,6 @@ class WindowSettings(Protocol):
 
     @property
     def ignore(self) -> IgnoreRule: ...
-
-
-@dataclass(frozen=True)
-class RequestOutcome:
-    """How a CommitRequest ended. `sha` is the pushed commit (None when none was made)."""
-
-    reason: str
-    message: str
-    branch: str
-    sha: str | None = None
-    changes: int = 0
-    author: Author | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.reason in (c.PUSHED, c.NOTHING_TO_COMMIT)
-
-
-@dataclass(eq=False)
-class RequestHandle:
-    """One CommitRequest held by one branch worker."""
-
-    target: TargetKey
-    branch: str
-    requester: Author | None
-    hold: Hold
-    future: asyncio.Future[RequestOutcome]
-    on_progress: Callable[[str, str], None] | None = None
-    message: str | None = None
-
-    @property
-    def fired(self) -> bool:
-        return self.message is not None
-
-    def finish(self, outcome: RequestOutcome) -> None:
-        if not self.future.done():
-            self.future.set_result(outcome)
-
-    def progress(self, reason: str, message: str) -> None:
-        if self.on_progress is not None and not self.future.done():
-            try:
-                self.on_progress(reason, message)
-            except Exception:  # a callback must not stop the writer
-                log.exception("window.progress_callback_failed")
-
-
-@dataclass(frozen=True)
-class Group:
-    """Changes of one author to one target that become one commit (a closed window).
-
-    `author` None means the committer. `message` is a CommitRequest's message; otherwise the
-    target's group template (or, for a single effective change, its change message) is used.
-    """
-
-    target: TargetKey
-    author: Author | None
-    changes: tuple[Change, ...]
-    reason: CloseReason
-    message: str | None = None
-    request: RequestHandle | None = None
-    carried: tuple[Cursor, ...] = ()  # of changes dropped while the window was open
-
-    @property
-    def cursor(self) -> None:
-        """Groups carry the cursors of their changes (see `cursors`)."""
-        return None
-
-    @property
-    def observed_at(self) -> float:
-        return self.changes[0].observed_at
-
-    @property
-    def cursors(self) -> list[Cursor]:
-        return [c.cursor for c in self.changes if c.cursor is not None] + list(self.carried)
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """A change the target's `spec.ignore` dropped: nothing to write, a cursor to acknowledge
-    after the items before it."""
-
-    target: TargetKey
-    cursor: Cursor
-    observed_at: float
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """What a branch worker writes for each target: its configuration, how documents render, and
-the reports it sends back."""
+who commits (the records it reports with are in `git.records`)."""
 
 from __future__ import annotations
 
@@ -7,19 +7,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from kubescribe.git.intake import Group, Skipped
 from kubescribe.mirror import messages
 from kubescribe.mirror.authors import AttributionMode
-from kubescribe.mirror.changes import Change, PruneMode, Snapshot, TargetKey
+from kubescribe.mirror.changes import PruneMode, TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.ignore import NO_IGNORE, IgnoreRule
 from kubescribe.mirror.layout import Layout, normalize_target_path
 from kubescribe.mirror.window import WindowPolicy
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
-
-Item = Change | Snapshot | Group | Skipped
-Refusal = tuple[Identity, str, str]
-"""(identity, reason, message) of a document that was not written."""
 
 # The reasons the build and the worker report, from the catalogue (`api/conditions.py`).
 SOPS_CONFIG = ".sops.yaml"
@@ -150,41 +145,3 @@ class Committer:
         for value in (self.name, self.email):
             if not value.strip() or any(c in value for c in "<>\n"):
                 raise ValueError(f"invalid commit identity {value!r}")
-
-
-@dataclass(frozen=True)
-class Notice:
-    """Something the write tells beyond Ready, for a Kubernetes Event on the target
-    (`api.events`): `type` is Normal or Warning."""
-
-    type: str
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
-class WriteReport:
-    """The outcome of one write attempt for one target.
-
-    `commit`/`pushed_at` are the last commit pushed for this target (by this worker) and when.
-    `retained` counts documents the prune mode keeps although they are gone from the cluster.
-    `refused` documents were not written in this attempt; `failing` are all the target's
-    documents that could not be written since and still wait for a change (refused earlier and
-    not written, deleted or gone from the cluster since). `ok` is about the push, not them.
-    Documents `kustomize build` does not render as live carry a reason in
-    `api.conditions.RENDER_REASONS`; `kustomization` is the kustomization the target writes
-    through, if any.
-    """
-
-    target: TargetKey
-    ok: bool
-    reason: str
-    message: str
-    commit: str | None
-    pushed_at: float | None
-    documents: int
-    retained: int
-    refused: list[Refusal] = field(default_factory=list)
-    failing: list[Refusal] = field(default_factory=list)
-    kustomization: str | None = None
-    notices: tuple[Notice, ...] = ()

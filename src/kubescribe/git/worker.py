@@ -20,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 
 import structlog
@@ -28,14 +28,17 @@ import structlog
 from kubescribe import metrics
 from kubescribe.api import conditions as c
 from kubescribe.api import events as ev
-from kubescribe.git.build import Outcome, RequestResult, TargetResult
+from kubescribe.git.build import Outcome, RequestResult
 from kubescribe.git.cachequota import CacheQuotaExceeded, NamespaceCache
-from kubescribe.git.intake import (
+from kubescribe.git.intake import Intake
+from kubescribe.git.records import (
     Group,
-    Intake,
+    Item,
+    Notice,
     RequestHandle,
     RequestOutcome,
     Skipped,
+    WriteReport,
 )
 from kubescribe.git.repo import (
     CacheBusy,
@@ -51,11 +54,7 @@ from kubescribe.git.targets import (
     RETRY_MAX,
     RETRY_MAX_UNREACHABLE,
     Committer,
-    Item,
-    Notice,
-    Refusal,
     TargetConfig,
-    WriteReport,
     upkeep_key,
 )
 from kubescribe.git.writer import CacheUnwritable, Writer
@@ -104,7 +103,7 @@ class BranchWorker:
         self._queue: deque[Item] = deque()
         self._unpushed: list[Item] = []
         self._collapsed_cursors: list[Cursor] = []
-        self._last: dict[TargetKey, _Last] = {}
+        self._last: dict[TargetKey, WriteReport] = {}  # the last report, by target
         self._wake = asyncio.Event()
         self._stopping = False
         self._retry_now = asyncio.Event()
@@ -370,43 +369,36 @@ class BranchWorker:
             metrics.COMMITS.labels(kind).inc(count)
         pushed_at = time.time() if outcome.pushed else None
         for key in sorted(targets):
-            result = outcome.targets.get(key, TargetResult())
-            last = self._last.setdefault(key, _Last())
-            notices = self._notices(result, last, outcome)
-            if result.commit is not None:
-                last.commit, last.pushed_at = result.commit, pushed_at
-            last.documents, last.retained = result.documents, result.retained
-            last.failing = result.failing
-            last.kustomization = result.kustomization
-            for _, reason, _ in result.refused:
-                metrics.REFUSED.labels(reason).inc()
-            self._publish(key, result, pushed_at if result.commit is not None else None)
-            message = f"Pushed {result.commit[:12]}" if result.commit else "Up to date"
-            if result.failing:
-                message += f"; {len(result.failing)} document(s) not written"
-            self._report(
-                WriteReport(
-                    key,
-                    True,
-                    c.PUSHED,
-                    message,
-                    last.commit,
-                    last.pushed_at,
-                    last.documents,
-                    last.retained,
-                    result.refused,
-                    last.failing,
-                    last.kustomization,
-                    notices,
-                )
-            )
+            self._succeeded_target(key, outcome, pushed_at)
         if cursors and self._on_pushed is not None:
             try:
                 self._on_pushed(cursors)
             except Exception:  # a callback must not stop the writer
                 self._log.exception("worker.on_pushed_failed")
 
-    def _publish(self, key: TargetKey, result: TargetResult, pushed_at: float | None) -> None:
+    def _succeeded_target(self, key: TargetKey, outcome: Outcome, pushed_at: float | None) -> None:
+        """Report the target's part of a pushed batch (the build's result for it)."""
+        result = outcome.targets.get(key) or WriteReport(target=key)
+        last = self._last.get(key) or WriteReport(target=key)
+        for refusal in result.refused:
+            metrics.REFUSED.labels(refusal.reason).inc()
+        self._publish(key, result, pushed_at if result.commit is not None else None)
+        message = f"Pushed {result.commit[:12]}" if result.commit else "Up to date"
+        if result.failing:
+            message += f"; {len(result.failing)} document(s) not written"
+        report = replace(
+            result,
+            message=message,
+            notices=self._notices(result, last, outcome),
+        )
+        if result.commit is None:
+            report = replace(report, commit=last.commit, pushed_at=last.pushed_at)
+        else:
+            report = replace(report, pushed_at=pushed_at)
+        self._last[key] = report
+        self._report(report)
+
+    def _publish(self, key: TargetKey, result: WriteReport, pushed_at: float | None) -> None:
         """The target's gauges, while this worker writes it (a stopped worker's last batch
         must not bring back series another worker or replica owns now)."""
         target = str(key)
@@ -417,12 +409,14 @@ class BranchWorker:
         metrics.DUPLICATES.labels(target).set(result.duplicates)
         metrics.OVERSIZED.labels(target).set(result.oversized)
         # A render mismatch is written; every other failing document is not.
-        unwritten = [f for f in result.failing if f[1] != c.RENDER_MISMATCH]
+        unwritten = [f for f in result.failing if f.reason != c.RENDER_MISMATCH]
         metrics.TARGET_REFUSED.labels(target).set(len(unwritten))
         if pushed_at is not None:
             metrics.LAST_PUSH.labels(target).set(pushed_at)
 
-    def _notices(self, result: TargetResult, last: _Last, outcome: Outcome) -> tuple[Notice, ...]:
+    def _notices(
+        self, result: WriteReport, last: WriteReport, outcome: Outcome
+    ) -> tuple[Notice, ...]:
         """What this write tells beyond Ready: the end of an outage, a rebuild on someone
         else's commit, documents newly refused."""
         notices: list[Notice] = []
@@ -448,10 +442,14 @@ class BranchWorker:
                     f" {outcome.rebuilds} time(s) and {done}",
                 )
             )
-        before = {identity for identity, _, _ in last.failing}
-        new = [r for r in result.refused if r[0] not in before and r[1] != c.RENDER_MISMATCH]
+        before = {f.identity for f in last.failing}
+        new = [
+            r for r in result.refused if r.identity not in before and r.reason != c.RENDER_MISMATCH
+        ]
         if new:
-            listed = "; ".join(f"{i.kind} {i.ref}: {why} ({reason})" for i, reason, why in new[:3])
+            listed = "; ".join(
+                f"{r.identity.kind} {r.identity.ref}: {r.message} ({r.reason})" for r in new[:3]
+            )
             more = f" (and {len(new) - 3} more)" if len(new) > 3 else ""
             notices.append(Notice("Warning", ev.DOCUMENT_REFUSED, f"Not written: {listed}{more}"))
         return tuple(notices)
@@ -492,20 +490,9 @@ class BranchWorker:
         self._collapsed_cursors += dropped
         self._depth_changed()
         for key in sorted({item.target for item in kept}):
-            last = self._last.get(key, _Last())
+            last = self._last.get(key) or WriteReport(target=key)
             self._report(
-                WriteReport(
-                    key,
-                    False,
-                    reason,
-                    message,
-                    last.commit,
-                    last.pushed_at,
-                    last.documents,
-                    last.retained,
-                    failing=last.failing,
-                    kustomization=last.kustomization,
-                )
+                replace(last, ok=False, reason=reason, message=message, refused=[], notices=())
             )
 
     def _not_written(self, target: TargetKey) -> RequestOutcome:
@@ -525,11 +512,16 @@ class BranchWorker:
             result = outcome.requests.get(request, RequestResult())
             author = item.author or self._intake.committer
             if result.refused:
-                _, reason, why = result.refused[0]
+                first = result.refused[0]
                 more = f" (and {len(result.refused) - 1} more)" if len(result.refused) > 1 else ""
                 request.finish(
                     RequestOutcome(
-                        reason, why + more, self.branch, result.commit, result.changes, author
+                        first.reason,
+                        first.message + more,
+                        self.branch,
+                        result.commit,
+                        result.changes,
+                        author,
                     )
                 )
             elif result.commit is None:
@@ -559,16 +551,6 @@ class BranchWorker:
             self._on_report(report)
         except Exception:  # a callback must not stop the writer
             self._log.exception("worker.on_report_failed")
-
-
-@dataclass
-class _Last:
-    commit: str | None = None
-    pushed_at: float | None = None
-    documents: int = 0
-    retained: int = 0
-    failing: list[Refusal] = field(default_factory=list)
-    kustomization: str | None = None
 
 
 _UNREACHABLE = frozenset({RemoteUnavailable.default_reason, c.PROXY_UNREACHABLE})

@@ -21,10 +21,12 @@ import pygit2
 
 from kubescribe import heap, metrics
 from kubescribe.api import conditions as c
-from kubescribe.git.build import Build, BuildCache, Outcome
+from kubescribe.git.build import Build, Outcome
+from kubescribe.git.buildcache import BuildCache
 from kubescribe.git.cachequota import CacheQuotaExceeded, NamespaceCache
 from kubescribe.git.pack import PackTooLarge
 from kubescribe.git.pending import PendingObjects
+from kubescribe.git.records import Item
 from kubescribe.git.repack import PACK_LIMIT, TidyResult, pack_count, tidy
 from kubescribe.git.repo import (
     CacheBusy,
@@ -36,7 +38,7 @@ from kubescribe.git.repo import (
     RemoteError,
     cache_path,
 )
-from kubescribe.git.targets import Committer, Item, TargetConfig
+from kubescribe.git.targets import Committer, TargetConfig
 from kubescribe.mirror.changes import TargetKey
 from kubescribe.net.urls import normalize
 

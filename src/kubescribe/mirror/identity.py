@@ -88,3 +88,9 @@ def identity_from_header(data: bytes) -> Identity | None:
         ns.decode() if ns else "",
         match.group("name").decode(),
     )
+
+
+def listing_order(identity: Identity) -> tuple[str, str, str, str]:
+    """How documents are ordered where they are listed (commits, status): by namespace,
+    name, group and kind."""
+    return (identity.namespace, identity.name, identity.group, identity.kind)

@@ -16,7 +16,6 @@ folder.
 
 from __future__ import annotations
 
-import copy
 import io
 import posixpath
 import re
@@ -52,25 +51,25 @@ _FOLDER_WIDE = {
 }
 # Where kustomize's label and annotation transformers write (kustomize/api konfig
 # builtinpluginconsts): (kinds or None for every kind, path, create the map when missing).
-_Spec = tuple[frozenset[str] | None, tuple[str, ...], bool]
+FieldSpec = tuple[frozenset[str] | None, tuple[str, ...], bool]
 _WORKLOADS = frozenset({"Deployment", "ReplicaSet", "DaemonSet", "StatefulSet"})
 _TEMPLATE_KINDS = _WORKLOADS | {"Job", "ReplicationController"}
 _TEMPLATE = ("spec", "template", "metadata")
 _JOB_TEMPLATE = ("spec", "jobTemplate")
-_META_LABELS: list[_Spec] = [(None, ("metadata", "labels"), True)]
-_TEMPLATE_LABELS: list[_Spec] = [
+META_LABELS: list[FieldSpec] = [(None, ("metadata", "labels"), True)]
+TEMPLATE_LABELS: list[FieldSpec] = [
     (_TEMPLATE_KINDS, (*_TEMPLATE, "labels"), True),
     (frozenset({"CronJob"}), (*_JOB_TEMPLATE, "metadata", "labels"), True),
     (frozenset({"CronJob"}), (*_JOB_TEMPLATE, *_TEMPLATE, "labels"), True),
 ]
-_SELECTORS: list[_Spec] = [
+SELECTORS: list[FieldSpec] = [
     (frozenset({"Service", "ReplicationController"}), ("spec", "selector"), True),
     (_WORKLOADS, ("spec", "selector", "matchLabels"), True),
     (frozenset({"Job", "PodDisruptionBudget"}), ("spec", "selector", "matchLabels"), False),
     (frozenset({"CronJob"}), (*_JOB_TEMPLATE, "spec", "selector", "matchLabels"), False),
     (frozenset({"NetworkPolicy"}), ("spec", "podSelector", "matchLabels"), False),
 ]
-_ANNOTATIONS: list[_Spec] = [
+ANNOTATIONS: list[FieldSpec] = [
     (None, ("metadata", "annotations"), True),
     (_TEMPLATE_KINDS, (*_TEMPLATE, "annotations"), True),
     (frozenset({"CronJob"}), (*_JOB_TEMPLATE, "metadata", "annotations"), True),
@@ -78,7 +77,7 @@ _ANNOTATIONS: list[_Spec] = [
 ]
 _GENERATORS = {"configMapGenerator": "ConfigMap", "secretGenerator": "Secret"}
 _PATCHES = ("patches", "patchesStrategicMerge", "patchesJson6902")
-_REPLICA_KINDS = frozenset({"Deployment", "ReplicaSet", "StatefulSet", "ReplicationController"})
+REPLICA_KINDS = frozenset({"Deployment", "ReplicaSet", "StatefulSet", "ReplicationController"})
 # kyaml's built-in cluster-scoped kinds; kustomize treats every other kind as namespaced.
 _CLUSTER_KINDS = frozenset(
     {
@@ -114,7 +113,7 @@ _REMOTE = re.compile(
 _FILE_SUFFIXES = (".yaml", ".yml", ".json")
 _REGEX = re.compile(r"[\^$*+?()\[\]{}|\\]")  # a patch target name that is a pattern
 _HASH_SUFFIX = re.compile(r"-[a-z0-9]{10}$")
-_TAG = re.compile(r"(@sha256)?(:[a-zA-Z0-9_.{}-]*)?")
+TAG = re.compile(r"(@sha256)?(:[a-zA-Z0-9_.{}-]*)?")
 
 
 # Bounds of what is read: kustomizations are small, shallow files in a shallow tree.
@@ -267,12 +266,12 @@ class Kustomization:
             seq = self.data.get(key)
             if isinstance(seq, list) and old in seq:
                 i = seq.index(old)
-                seq[i] = _like(seq[i], new)
+                seq[i] = like_old(seq[i], new)
                 return True
         return False
 
 
-def _like(old: Any, new: str) -> Any:
+def like_old(old: Any, new: str) -> Any:
     """`new` in the quoting style of the scalar it replaces."""
     if isinstance(old, DoubleQuotedScalarString):
         return DoubleQuotedScalarString(new)
@@ -532,13 +531,13 @@ def namespaced(identity: Identity) -> bool:
     return identity.kind not in _CLUSTER_KINDS
 
 
-def _affixes(chain: list[Kustomization]) -> tuple[str, str]:
+def chain_affixes(chain: list[Kustomization]) -> tuple[str, str]:
     prefix = "".join(k.str_value("namePrefix") for k in reversed(chain))
     suffix = "".join(k.str_value("nameSuffix") for k in chain)
     return prefix, suffix
 
 
-def _namespace(chain: list[Kustomization]) -> str:
+def namespace_of(chain: list[Kustomization]) -> str:
     for k in reversed(chain):  # the outermost kustomization that sets one decides
         if k.str_value("namespace"):
             return k.str_value("namespace")
@@ -550,16 +549,16 @@ def names_of(base_name: str, chain: list[Kustomization]) -> set[str]:
     entries and patch targets against any of them."""
     names = set()
     for i in range(len(chain) + 1):
-        prefix, suffix = _affixes(chain[:i])
+        prefix, suffix = chain_affixes(chain[:i])
         names.add(prefix + base_name + suffix)
     return names
 
 
 def render_identity(identity: Identity, chain: list[Kustomization]) -> Identity:
-    prefix, suffix = _affixes(chain)
+    prefix, suffix = chain_affixes(chain)
     namespace = identity.namespace
-    if namespaced(identity) and _namespace(chain):
-        namespace = _namespace(chain)
+    if namespaced(identity) and namespace_of(chain):
+        namespace = namespace_of(chain)
     return Identity(identity.group, identity.kind, namespace, prefix + identity.name + suffix)
 
 
@@ -571,7 +570,7 @@ def generated_by(identity: Identity, chain: list[Kustomization]) -> str | None:
             if identity.kind != kind or identity.group:
                 continue
             outer = chain[i:]
-            prefix, suffix = _affixes(outer)
+            prefix, suffix = chain_affixes(outer)
             for gen in k.entries(key):
                 name = gen.get("name") if isinstance(gen, Mapping) else None
                 if not isinstance(name, str):
@@ -631,301 +630,3 @@ def unsupported(
 
 
 # -- images ----------------------------------------------------------------------------------
-def split_image(image: str) -> tuple[str, str, str]:
-    """(name, tag, digest) as kustomize's `image.Split` cuts them."""
-    slash = image.find("/")
-    search, offset = (image[slash:], slash) if slash > 0 else (image, 0)
-    at, colon = search.find("@"), search.find(":")
-    if colon < 0 and at < 0:
-        return image, "", ""
-    if at >= 0 and (at < colon or colon < 0):
-        at += offset
-        return image[:at], "", image[at + 1 :]
-    if at >= 0 and colon >= 0:
-        at, colon = at + offset, colon + offset
-        return image[:colon], image[colon + 1 : at], image[at + 1 :]
-    colon += offset
-    return image[:colon], image[colon + 1 :], ""
-
-
-def image_matches(image: str, name: str) -> bool:
-    return image.startswith(name) and _TAG.fullmatch(image[len(name) :]) is not None
-
-
-def apply_image(image: str, entry: Mapping[str, Any]) -> str:
-    name, tag, digest = split_image(image)
-    new_name, new_tag, new_digest = (
-        str(entry.get(k) or "") for k in ("newName", "newTag", "digest")
-    )
-    name = new_name or name
-    if new_tag and new_digest:
-        tag, digest = new_tag, new_digest
-    elif new_tag:
-        tag, digest = new_tag, ""
-    elif new_digest:
-        tag, digest = "", new_digest
-    return name + (f":{tag}" if tag else "") + (f"@{digest}" if digest else "")
-
-
-def _containers(obj: Any) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
-    """Every container (in any `containers`/`initContainers` list), keyed by its path."""
-
-    def walk(node: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key in ("containers", "initContainers") and isinstance(value, list):
-                    for i, c in enumerate(value):
-                        if isinstance(c, dict):
-                            yield (*path, key, c.get("name", i)), c
-                else:
-                    yield from walk(value, (*path, key))
-        elif isinstance(node, list):
-            for i, value in enumerate(node):
-                yield from walk(value, (*path, i))
-
-    return walk(obj, ())
-
-
-# -- writing through ------------------------------------------------------------------------
-@dataclass
-class WriteThrough:
-    """A live object as its file should hold it, and the kustomizations to edit with it."""
-
-    document: dict[str, Any]
-    edits: dict[str, Kustomization] = field(default_factory=dict)  # by directory
-    problem: str | None = None
-
-
-def write_through(
-    live: Mapping[str, Any],
-    identity: Identity,
-    old: Mapping[str, Any] | None,
-    chain: list[Kustomization],
-) -> WriteThrough:
-    """The file content of a live (sanitized) object listed through `chain` (innermost
-    first), given the file's `old` content, and the edits of the kustomizations that govern
-    its fields: namespace, name affixes, images, replicas."""
-    doc: dict[str, Any] = copy.deepcopy(dict(live))
-    out = WriteThrough(doc)
-    meta = doc.setdefault("metadata", {})
-    old_meta = (old or {}).get("metadata") or {}
-    # namespace
-    namespace = _namespace(chain)
-    if namespace and namespaced(identity):
-        if identity.namespace != namespace:
-            out.problem = (
-                f"namespace {namespace} of the kustomization rewrites {identity.namespace}"
-            )
-            return out
-        if old_meta.get("namespace"):
-            meta["namespace"] = old_meta["namespace"]
-        else:
-            meta.pop("namespace", None)
-    # name
-    prefix, suffix = _affixes(chain)
-    name = identity.name
-    if not (name.startswith(prefix) and name.endswith(suffix) and len(name) > len(prefix + suffix)):
-        out.problem = f"name {name} lacks the namePrefix/nameSuffix {prefix}…{suffix}"
-        return out
-    base_name = name[len(prefix) : len(name) - len(suffix)]
-    meta["name"] = old_meta.get("name") or base_name
-
-    def edited(k: Kustomization) -> Kustomization:
-        if k.dir not in out.edits:
-            out.edits[k.dir] = k.copy()
-        return out.edits[k.dir]
-
-    # replicas
-    names = names_of(base_name, chain)
-    if identity.kind in _REPLICA_KINDS:
-        live_count = (live.get("spec") or {}).get("replicas")
-        governing: tuple[Kustomization, int] | None = None
-        for k in chain:
-            for i, entry in enumerate(k.entries("replicas")):
-                if isinstance(entry, Mapping) and entry.get("name") in names:
-                    governing = (k, i)
-        if governing is not None and isinstance(live_count, int):
-            k, i = governing
-            entry = edited(k).data["replicas"][i]
-            if entry.get("count") != live_count:
-                entry["count"] = live_count
-            old_count = ((old or {}).get("spec") or {}).get("replicas")
-            if old_count is not None:
-                doc["spec"]["replicas"] = old_count
-            elif old is not None:
-                doc["spec"].pop("replicas", None)
-    # images
-    old_containers = dict(_containers(old)) if old is not None else {}
-    for path, container in _containers(doc):
-        image = container.get("image")
-        if not isinstance(image, str):
-            continue
-        before = old_containers.get(path, {}).get("image")
-        start = before if isinstance(before, str) else image
-        applied: list[tuple[Kustomization, int]] = []
-        value = start
-        for k in chain:
-            for i, entry in enumerate(k.entries("images")):
-                if isinstance(entry, Mapping) and image_matches(value, str(entry.get("name", ""))):
-                    value = apply_image(value, entry)
-                    applied.append((k, i))
-        if not applied:
-            # the image is the file's own; no entry may start rewriting it
-            probe = image
-            for k in chain:
-                for entry in k.entries("images"):
-                    if isinstance(entry, Mapping) and image_matches(
-                        probe, str(entry.get("name", ""))
-                    ):
-                        out.problem = (
-                            f"images entry {entry.get('name')} in {k.path} would rewrite {image}"
-                        )
-                        return out
-            continue
-        if len(applied) > 1:
-            out.problem = f"image {image} is rewritten by {len(applied)} images entries"
-            return out
-        if value == image:
-            container["image"] = start
-            continue
-        k, i = applied[0]
-        entry = edited(k).data["images"][i]
-        entry_name = str(entry.get("name"))
-        name_, tag, digest = split_image(image)
-        _set(entry, "newName", name_ if name_ != entry_name else None)
-        _set(entry, "newTag", tag or None)
-        _set(entry, "digest", digest or None)
-        container["image"] = start if (tag or digest) else split_image(start)[0]
-        if apply_image(container["image"], entry) != image:
-            out.problem = f"images entry {entry_name} in {k.path} cannot render {image}"
-            return out
-    # labels and annotations the kustomizations set
-    for k in chain:
-        for where, pairs, specs in _metadata_sets(k):
-            problem = _unset(doc, live, old, identity.kind, pairs, specs)
-            if problem is not None:
-                out.problem = f"{where} in {k.path}: {problem}"
-                return out
-    # drop edits that change nothing
-    for directory in [d for d, k in out.edits.items() if k.data == _by_dir(chain)[d].data]:
-        del out.edits[directory]
-    return out
-
-
-def _metadata_sets(k: Kustomization) -> list[tuple[str, dict[str, str], list[_Spec]]]:
-    """The label and annotation sets of a kustomization and where each is written."""
-    out: list[tuple[str, dict[str, str], list[_Spec]]] = []
-    common = k.data.get("commonLabels")
-    if isinstance(common, Mapping) and common:
-        out.append(
-            (
-                "commonLabels",
-                {str(a): str(b) for a, b in common.items()},
-                [*_META_LABELS, *_TEMPLATE_LABELS, *_SELECTORS],
-            )
-        )
-    for entry in k.entries("labels"):
-        if not isinstance(entry, Mapping) or not isinstance(entry.get("pairs"), Mapping):
-            continue
-        specs = list(_META_LABELS)
-        if entry.get("includeSelectors"):
-            specs += _TEMPLATE_LABELS + _SELECTORS
-        elif entry.get("includeTemplates"):
-            specs += _TEMPLATE_LABELS
-        pairs = {str(a): str(b) for a, b in entry["pairs"].items()}
-        out.append(("labels", pairs, specs))
-    annotations = k.data.get("commonAnnotations")
-    if isinstance(annotations, Mapping) and annotations:
-        pairs = {str(a): str(b) for a, b in annotations.items()}
-        out.append(("commonAnnotations", pairs, list(_ANNOTATIONS)))
-    return out
-
-
-def _at(obj: Any, path: tuple[str, ...]) -> Any:
-    for key in path:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
-def _unset(
-    doc: dict[str, Any],
-    live: Mapping[str, Any],
-    old: Mapping[str, Any] | None,
-    kind: str,
-    pairs: dict[str, str],
-    specs: list[_Spec],
-) -> str | None:
-    """Take the pairs a kustomization sets out of `doc` (the file keeps what it had); a
-    problem when the live object lacks one or holds another value (it would be rendered)."""
-    for kinds, path, create in specs:
-        if kinds is not None and kind not in kinds:
-            continue
-        live_map = _at(live, path)
-        if not isinstance(live_map, Mapping):
-            if create:
-                return f"sets {'.'.join(path)} the live object does not have"
-            continue
-        for key, value in pairs.items():
-            if live_map.get(key) != value:
-                return f"sets {key}={value} but the live object has {live_map.get(key)!r}"
-        old_map = _at(old, path) if old is not None else None
-        if not create and old is None:
-            continue  # kept: kustomize adds to such a map only when the file has it
-        parent = _at(doc, path[:-1])
-        target = _at(doc, path)
-        if not isinstance(parent, dict) or not isinstance(target, dict):
-            continue
-        for key in pairs:
-            if not (isinstance(old_map, Mapping) and key in old_map):
-                target.pop(key, None)
-        if not target and not isinstance(old_map, Mapping) and create:
-            del parent[path[-1]]
-    return None
-
-
-def _by_dir(chain: list[Kustomization]) -> dict[str, Kustomization]:
-    return {k.dir: k for k in chain}
-
-
-def _set(entry: CommentedMap, key: str, value: str | None) -> None:
-    if value is None:
-        entry.pop(key, None)
-    elif entry.get(key) != value:
-        entry[key] = _like(entry.get(key), value)
-
-
-def remove_replicas(
-    chain: list[Kustomization], identity: Identity, base_name: str
-) -> dict[str, Kustomization]:
-    """The kustomizations of `chain` without the `replicas:` entries of a deleted workload
-    (kustomize fails on an entry that matches nothing)."""
-    edits: dict[str, Kustomization] = {}
-    if identity.kind not in _REPLICA_KINDS:
-        return edits
-    names = names_of(base_name, chain)
-    for k in chain:
-        seq = k.data.get("replicas")
-        if not isinstance(seq, list):
-            continue
-        keep = [e for e in seq if not (isinstance(e, Mapping) and e.get("name") in names)]
-        if len(keep) != len(seq):
-            new = k.copy()
-            new_seq = new.data["replicas"]
-            for i in reversed(range(len(new_seq))):
-                e = new_seq[i]
-                if isinstance(e, Mapping) and e.get("name") in names:
-                    del new_seq[i]
-            if not new_seq:
-                del new.data["replicas"]
-            edits[k.dir] = new
-    return edits
-
-
-def base_name_of(identity: Identity, chain: list[Kustomization]) -> str:
-    prefix, suffix = _affixes(chain)
-    name = identity.name
-    if name.startswith(prefix) and name.endswith(suffix) and len(name) > len(prefix + suffix):
-        return name[len(prefix) : len(name) - len(suffix)]
-    return name

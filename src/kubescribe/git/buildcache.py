@@ -1,0 +1,142 @@
+"""What a final build of a branch leaves to the next one: target indexes, parsed
+kustomization trees, documents retained or failing, and what the encryption upkeep knows.
+Each is kept for the folder tree it describes, so a build reuses it only while that tree is
+unchanged (and re-reads only new blobs when it changed)."""
+
+from __future__ import annotations
+
+import posixpath
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pygit2
+
+from kubescribe.git.chain import read_file
+from kubescribe.git.index import TargetIndex, folder_tree
+from kubescribe.git.records import Failing
+from kubescribe.git.targets import TargetConfig
+from kubescribe.mirror.changes import TargetKey
+from kubescribe.mirror.identity import Identity
+from kubescribe.mirror.kustomize import Tree
+
+
+@dataclass
+class BuildCache:
+    """What a final build leaves to the next one of its branch (see `save`)."""
+
+    indexes: dict[tuple[TargetKey, str], TargetIndex] = field(default_factory=dict)
+    retained: dict[TargetKey, set[Identity]] = field(default_factory=dict)
+    failing: dict[TargetKey, Failing] = field(default_factory=dict)
+    # Encryption upkeep: (folder tree, upkeep key) known to be in step, per target; the
+    # recipients of encrypted blobs; blobs that could not be re-encrypted, per upkeep key.
+    upkept: dict[TargetKey, tuple[pygit2.Oid | None, Any]] = field(default_factory=dict)
+    file_recipients: dict[pygit2.Oid, frozenset[str] | None] = field(default_factory=dict)
+    rekey_failed: set[tuple[pygit2.Oid, Any]] = field(default_factory=set)
+    # Parsed kustomization trees, by (target, root): (target folder tree, tree).
+    ktrees: dict[tuple[TargetKey, str], tuple[pygit2.Oid | None, Any]] = field(default_factory=dict)
+
+    def keep_only(self, targets: Mapping[TargetKey, TargetConfig]) -> None:
+        """Forget the targets (and folders) no longer written."""
+        wanted = {(t.key, t.folder) for t in targets.values()}
+        for stale in [k for k in self.indexes if k not in wanted]:
+            del self.indexes[stale]
+        for gone in [k for k in self.failing if k not in targets]:
+            del self.failing[gone]
+
+    def clear(self) -> None:
+        self.indexes.clear()
+        self.ktrees.clear()
+        self.upkept.clear()
+        self.file_recipients.clear()
+
+    def kustomizations(
+        self, repo: pygit2.Repository, root: pygit2.Oid | None, config: TargetConfig
+    ) -> Tree | None:
+        """The kustomization tree at the target's root in the root tree `root` (None: none;
+        `KustomizeError` and others when it cannot be read). Parsed once per folder tree: a
+        build takes the cached tree (and edits it); `save` gives it back for the tree it
+        built, a failed build drops it."""
+        kz = config.kustomize
+        if kz is None:
+            return None
+        top = posixpath.normpath(posixpath.join(config.folder, kz.root or "."))
+        top = "" if top == "." else top
+        folder_id = folder_tree(repo, root, config.folder)
+        cached = self.ktrees.pop((config.key, top), None)
+        if cached is not None and cached[0] == folder_id and folder_id is not None:
+            tree: Tree | None = cached[1]
+            return tree
+        return Tree.load(top, lambda path: read_file(repo, root, path), config.folder)
+
+    def index(
+        self,
+        repo: pygit2.Repository,
+        root: pygit2.Oid | None,
+        config: TargetConfig,
+        ktree: Tree | None,
+        log: Any,
+    ) -> TargetIndex:
+        """The target's index in the root tree `root` (not a copy): the cached one while the
+        folder tree and the kustomization root it is read through are the same, otherwise
+        built again (reading only blobs the cached one does not know)."""
+        key = (config.key, config.folder)
+        cached = self.indexes.get(key)
+        tree_id = folder_tree(repo, root, config.folder)
+        translation = ("kustomize", ktree.root) if ktree is not None else None
+        if cached is not None and cached.tree_id == tree_id and cached.translation == translation:
+            return cached
+        started = time.perf_counter()
+        index = TargetIndex.build(
+            repo,
+            root,
+            config.folder,
+            cached,
+            ktree.rendered_identity if ktree is not None else None,
+            translation,
+        )
+        self.indexes[key] = index
+        log.info(
+            "build.indexed",
+            target=str(config.key),
+            documents=len(index),
+            duplicates=len(index.duplicates),
+            seconds=round(time.perf_counter() - started, 3),
+        )
+        return index
+
+    def save(
+        self,
+        repo: pygit2.Repository,
+        root: pygit2.Oid | None,
+        targets: Mapping[TargetKey, TargetConfig],
+        built: BuiltState,
+    ) -> None:
+        """A final build's state, for the root tree `root` it built."""
+        for key, ktree in built.ktrees.items():
+            if ktree is not None:
+                folder_id = folder_tree(repo, root, targets[key].folder)
+                self.ktrees[(key, ktree.root)] = (folder_id, ktree)
+        for key, index in built.indexes.items():
+            index.tree_id = folder_tree(repo, root, index.folder)
+            self.indexes[(key, index.folder)] = index
+            self.retained[key] = built.retained[key]
+            self.failing[key] = built.failing[key]
+        for key, upkept in built.upkept.items():
+            # Everything written in this build was rendered for the same recipients.
+            folder = targets[key].folder
+            self.upkept[key] = (folder_tree(repo, root, folder), upkept)
+
+
+@dataclass
+class BuiltState:
+    """A build's working state per target, started from the cache (see `BuildCache.save`).
+    `ktrees`: the kustomization tree each kustomized target writes through (None: a plain
+    folder); `failing`: documents that could not be written and wait for a change."""
+
+    indexes: dict[TargetKey, TargetIndex] = field(default_factory=dict)
+    retained: dict[TargetKey, set[Identity]] = field(default_factory=dict)
+    failing: dict[TargetKey, Failing] = field(default_factory=dict)
+    ktrees: dict[TargetKey, Tree | None] = field(default_factory=dict)
+    upkept: dict[TargetKey, Any] = field(default_factory=dict)

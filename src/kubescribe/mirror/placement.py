@@ -1,0 +1,150 @@
+"""Where a live object goes in a kustomized target folder, decided from the kustomization
+tree alone (the build reads the files and writes what is decided here).
+
+A document is written through the kustomization that lists its file: the fields the
+kustomizations govern (namespace, name affixes, images, replicas, labels) are edited there and
+the file keeps its own values of them. A new document is placed under the root
+kustomization's folder and listed there."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubescribe.mirror.identity import Identity
+from kubescribe.mirror.kustomize import (
+    Kustomization,
+    Tree,
+    patched_by,
+    unsupported,
+)
+from kubescribe.mirror.writethrough import (
+    base_name_of,
+    remove_replicas,
+    write_through,
+)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How to write one object. `folder`: where its file is (a new one at the layout path of
+    `placed_as`, by default the object's identity, under it); None: no file is written.
+    `through`: once the file is written it is listed in (or moved within) its kustomization,
+    and `edits` replace kustomizations of the tree. `refusal`: why the object is not written
+    through (then it is reported, whether a file is written or not)."""
+
+    folder: str | None
+    document: Mapping[str, Any]
+    placed_as: Identity | None = None
+    through: bool = False
+    listed: bool = False  # the file is listed already
+    edits: tuple[Kustomization, ...] = ()
+    refusal: str | None = None
+
+
+def place(
+    tree: Tree,
+    identity: Identity,
+    live: Mapping[str, Any],
+    path: str | None,
+    *,
+    old: Callable[[], Mapping[str, Any] | None],
+    elsewhere: Callable[[], Mapping[Identity, str]],
+    folder: str,
+    write_unsupported: bool,
+) -> Placement:
+    """Where `live` goes, given the `path` of its file (None: new), the file's content
+    (`old()`, None when unreadable or encrypted), and identities rendered from files the
+    target's index does not hold, by file (`elsewhere()`); `folder` is the target folder."""
+    chain = tree.chain_of(path) if path is not None else None
+    listed = chain is not None
+    if chain is None:
+        if path is not None and not _under(path, tree.root):
+            # A file the rendered folder does not include (and cannot: kustomize loads files
+            # only from under a kustomization): edited where it is, and reported.
+            root = tree.kustomizations[tree.root].path
+            return Placement(
+                folder, live, refusal=_not_through(f"{path} is not rendered by {root}")
+            )
+        if path is None and (held := elsewhere().get(identity)):
+            # rendered from a file of several documents: a new file would duplicate it
+            return Placement(
+                None, live, refusal=_not_through(f"rendered from the multi-document file {held}")
+            )
+        chain = tree.chain(tree.root)
+    base_name = base_name_of(identity, chain)
+    problem = unsupported(identity, chain, tree, base_name)
+    if problem is None:
+        through = write_through(live, identity, old() if path is not None else None, chain)
+        problem = through.problem
+    if problem is not None:
+        return Placement(
+            tree.root if write_unsupported else None, live, refusal=_not_through(problem)
+        )
+    return Placement(
+        tree.root,
+        through.document,
+        placed_as=Identity(identity.group, identity.kind, identity.namespace, base_name),
+        through=True,
+        listed=listed,
+        edits=tuple(through.edits.values()),
+    )
+
+
+def list_written(
+    tree: Tree, placement: Placement, old_path: str | None, path: str
+) -> tuple[set[str], str | None]:
+    """Record in `tree` that the object of `placement` (written through) is now the file
+    `path` (it was `old_path`): listed in the root kustomization when new, renamed where it is
+    listed when moved, and the kustomization edits taken. The directories of the
+    kustomizations edited, and the kustomization file a commit message names (None: the
+    object's own file)."""
+    edited: set[str] = set()
+    named: str | None = None
+    if not placement.listed:
+        edited.add(tree.add_file(path))
+        named = tree.kustomizations[tree.root].path
+    elif old_path is not None and old_path != path:
+        moved = tree.move_file(old_path, path)
+        if moved is not None:
+            edited.add(moved)
+    for k in placement.edits:
+        tree.replace(k)
+        edited.add(k.dir)
+        named = k.path
+    return edited, named
+
+
+def removal_refusal(tree: Tree, identity: Identity, path: str) -> str | None:
+    """Why the file of a deleted object must stay (a patch targets it: removing the file would
+    break `kustomize build`), or None."""
+    chain = tree.chain_of(path)
+    if chain is None:
+        return None
+    patch = patched_by(identity, chain, tree, base_name_of(identity, chain))
+    return None if patch is None else f"not removed: {patch} targets it (remove the patch first)"
+
+
+def unlist(tree: Tree, identity: Identity, path: str) -> set[str]:
+    """Record in `tree` that the file of a deleted object is gone: unlisted, and `replicas:`
+    entries of a workload dropped. The directories of the kustomizations edited."""
+    chain = tree.chain_of(path)
+    if chain is None:
+        return set()
+    edited: set[str] = set()
+    removed = tree.remove_file(path)
+    if removed is not None:
+        edited.add(removed)
+    for k in remove_replicas(chain, identity, base_name_of(identity, chain)).values():
+        tree.replace(k)
+        edited.add(k.dir)
+    return edited
+
+
+def _not_through(why: str) -> str:
+    return f"not written through: {why}"
+
+
+def _under(path: str, folder: str) -> bool:
+    return not folder or path.startswith(folder + "/")
