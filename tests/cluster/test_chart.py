@@ -120,7 +120,7 @@ def test_redis_without_a_signing_key_secret_or_with_a_password_in_the_url_is_ref
     assert user_only.returncode == 0, user_only.stderr
 
 
-def test_subject_access_reviews_are_granted_only_with_a_tenant_service_account(
+def test_subject_access_reviews_are_granted_only_with_tenant_reads_or_admission(
     tools: ClusterTools,
 ) -> None:
     def grants_reviews(*values: str) -> bool:
@@ -146,6 +146,7 @@ def test_subject_access_reviews_are_granted_only_with_a_tenant_service_account(
 
     assert not grants_reviews()
     assert grants_reviews("--set=tenantServiceAccount=kubescribe-reader")
+    assert grants_reviews("--set=admission.enabled=true")  # a CommitRequest's spec.author
 
 
 def test_the_shutdown_timeout_reaches_the_pod_and_fits_in_its_grace_period(

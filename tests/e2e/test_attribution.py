@@ -213,6 +213,56 @@ def test_commit_request_by_carol_is_authored_by_carol(
     assert remote.log()[0]["message"].startswith("Carol's release")
 
 
+def test_a_request_names_its_author_only_when_the_requester_may_impersonate_them(
+    audited: Audited, ns: str, remote: BareRemote, start_operator: Callable[..., Operator]
+) -> None:
+    """A CI job ("ci", no admin) applies for dave and names him in spec.author: refused until
+    RBAC lets ci impersonate dave, then dave authors the commit of ci's window."""
+    cp = audited.cp
+    op = start_operator(*audited.flags())
+    setup(audited, ns, remote, window="10m")
+    audit_flowing(audited, op, ns)
+    cp.kubectl("create", "role", "ci", "-n", ns, "--verb=create,get,list,watch",
+               "--resource=configmaps,commitrequests.kubescribe.io")  # fmt: skip
+    cp.kubectl("create", "rolebinding", "ci", "-n", ns, "--role=ci", "--user=ci")
+    as_ci = ("--as", "ci")
+
+    def request(name: str) -> dict[str, Any]:
+        body = commit_request(ns, "mirror", "Applied for dave", name=name)
+        body["spec"]["author"] = "dave"
+        cp.kubectl("create", "-f", "-", *as_ci, input=json.dumps(body))
+        return wait_for(lambda: final(cp, ns, name), timeout=60, what=f"request {name} to end")
+
+    cp.kubectl("create", "configmap", "x", "-n", ns, "--from-literal=k=v", *as_ci)
+    tip = remote.tip()
+    refused = request("refused")
+    ready = next(c for c in refused["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "AuthorNotAllowed")
+    assert "ci may not impersonate user 'dave'" in ready["message"]
+    assert remote.tip() == tip  # nothing committed
+
+    cp.kubectl("create", "clusterrole", f"impersonate-dave-{ns}", "--verb=impersonate",
+               "--resource=users", "--resource-name=dave")  # fmt: skip
+    cp.kubectl("create", "clusterrolebinding", f"ci-as-dave-{ns}",
+               f"--clusterrole=impersonate-dave-{ns}", "--user=ci")  # fmt: skip
+    cp.kubectl("create", "configmap", "y", "-n", ns, "--from-literal=k=v", *as_ci)
+    pushed = request("allowed")
+    assert pushed["status"]["sha"] == remote.tip() != tip
+    assert pushed["status"]["author"] == "dave <dave@users.kubescribe.invalid>"
+    [(author, email, files)] = authored(remote, 1)
+    assert (author, email) == ("dave", "dave@users.kubescribe.invalid")
+    assert files == {cm_path(ns, "x"), cm_path(ns, "y")}  # ci's window
+    message = git("log", "-1", "--format=%B", cwd=remote.path)
+    assert message.startswith("Applied for dave")
+    assert "Kubescribe-Author-Source: commit request by ci" in message
+
+
+def final(cp: Any, ns: str, name: str) -> dict[str, Any] | None:
+    obj: dict[str, Any] = cp.get_json("commitrequest", name, "-n", ns)
+    ready = [c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"]
+    return obj if ready and ready[0]["status"] in ("True", "False") else None
+
+
 def test_with_the_audit_stream_cut_off_commits_land_as_unresolved(
     audited: Audited, ns: str, remote: BareRemote, start_operator: Callable[..., Operator]
 ) -> None:

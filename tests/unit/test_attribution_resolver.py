@@ -233,3 +233,20 @@ async def test_commit_request_authors_conflicting_records_name_nobody() -> None:
     assert await authors.author_of_request("ns", "save", "") == BOB  # by name: the latest
     assert await authors.author_of_request("ns", "save", "cr-other") is None
     assert await authors.author_of_request("ns", "missing", "") is None
+
+
+async def test_a_request_record_keeps_the_username_and_groups_for_access_reviews() -> None:
+    authors = RecordedRequestAuthors(MemoryFactStore(), grace=0)
+    ci = Author("CI bot", "ci@example.org", user="system:serviceaccount:ci:deployer")
+    await authors.record("ns", "save", "cr-1", ci, ("system:serviceaccounts", "deployers"))
+    found = await authors.author_of_request("ns", "save", "cr-1")
+    assert found == ci
+    assert found is not None
+    assert found.user == "system:serviceaccount:ci:deployer"
+    assert await authors.groups_of_request("ns", "save", "cr-1") == (
+        "system:serviceaccounts",
+        "deployers",
+    )
+    assert await authors.groups_of_request("ns", "other", "cr-9") == ()
+    await authors.record("ns", "save", "cr-1", BOB)  # contradicting records: no groups either
+    assert await authors.groups_of_request("ns", "save", "cr-1") == ()

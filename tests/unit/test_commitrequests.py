@@ -11,7 +11,8 @@ from kubescribe.api.models import (
     GitTargetSpec,
     LocalObjectReference,
 )
-from kubescribe.controller.commitrequests import (
+from kubescribe.controller.plan import Problem, ProviderPlan, TargetPlan
+from kubescribe.controller.request_status import (
     Final,
     attribution_condition,
     expires_at,
@@ -22,7 +23,6 @@ from kubescribe.controller.commitrequests import (
     progress_conditions,
     target_problem,
 )
-from kubescribe.controller.plan import Problem, ProviderPlan, TargetPlan
 from kubescribe.mirror.authors import Author
 from kubescribe.mirror.changes import TargetKey
 

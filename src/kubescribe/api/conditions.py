@@ -155,6 +155,7 @@ APISERVER_CONFIG_UNAVAILABLE: Final = "ApiserverConfigUnavailable"
 NO_ATTRIBUTION_SOURCE: Final = "NoAttributionSource"
 AUTHORS_UNRESOLVED: Final = "AuthorsUnresolved"
 REQUESTER_UNKNOWN: Final = "RequesterUnknown"
+AUTHOR_NOT_ALLOWED: Final = "AuthorNotAllowed"  # spec.author: the requester may not impersonate
 INTERNAL_ERROR: Final = "InternalError"
 
 STALLED_REASONS: Final = frozenset(

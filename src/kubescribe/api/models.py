@@ -1121,17 +1121,13 @@ class CommitRequestSpec(ApiModel):
         ),
         json_schema_extra=_duration("10m"),
     )
-    ttl_after_finished: str | None = Field(
-        None,
-        max_length=32,
-        pattern=_DURATION_PATTERN,
-        description=(
-            "Delete the request this long after it finished (`status.expiresAt`), pushed or"
-            " failed; `0s` deletes it at once. Go duration syntax, at most 8760h (a year);"
-            " 24h when unset."
-        ),
-        json_schema_extra=_duration("8760h"),
-    )
+    author: str | None = Field(None, min_length=1, max_length=512, description=(
+        "Commit the requester's window as this Kubernetes user; allowed only when the requester"
+        " (as the admission webhook recorded them) may `impersonate` that user."
+    ))  # fmt: skip
+    ttl_after_finished: str | None = Field(None, max_length=32, pattern=_DURATION_PATTERN,
+        description="Delete the request this long after it finished (`0s`: at once; 24h unset).",
+        json_schema_extra=_duration("8760h"))  # fmt: skip
 
     model_config = ConfigDict(json_schema_extra=_cel(("self == oldSelf", "spec is immutable")))
 

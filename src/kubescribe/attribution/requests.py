@@ -8,6 +8,7 @@ then has no known requester).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
@@ -43,7 +44,9 @@ class RecordedRequestAuthors:
         self.grace = grace
         self.clock = clock
 
-    async def record(self, namespace: str, name: str, uid: str, author: Author) -> None:
+    async def record(
+        self, namespace: str, name: str, uid: str, author: Author, groups: tuple[str, ...] = ()
+    ) -> None:
         keys = [_name_key(namespace, name)] + ([_uid_key(uid)] if uid else [])
         record = {
             "namespace": namespace,
@@ -51,6 +54,8 @@ class RecordedRequestAuthors:
             "uid": uid,
             "name": author.name,
             "email": author.email,
+            "user": author.user,
+            "groups": json.dumps(list(groups)),  # records hold strings
         }
         await self.facts.add(ROUTE, [(keys, record)])
 
@@ -67,19 +72,35 @@ class RecordedRequestAuthors:
                 return None
             await self.facts.wait(ROUTE, remaining)
 
+    async def groups_of_request(self, namespace: str, name: str, uid: str) -> tuple[str, ...]:
+        """The groups of the recorded creator (at once: asked after `author_of_request`)."""
+        record = self._record(namespace, name, uid)
+        try:
+            groups = json.loads(record.get("groups") or "[]") if record is not None else []
+        except ValueError:
+            return ()
+        return tuple(g for g in groups if isinstance(g, str)) if isinstance(groups, list) else ()
+
     def _find(self, namespace: str, name: str, uid: str) -> Author | None:
+        record = self._record(namespace, name, uid)
+        return None if record is None else _author(record)
+
+    def _record(self, namespace: str, name: str, uid: str) -> Record | None:
         if uid:
-            named = {_author(r) for r in self.facts.find(ROUTE, _uid_key(uid))}
-            if named:
-                return named.pop() if len(named) == 1 else None
+            records = self.facts.find(ROUTE, _uid_key(uid))
+            if records:
+                # Records of one uid that name different users cannot all be true.
+                return records[-1] if len({_author(r) for r in records}) == 1 else None
         candidates = [
             r
             for r in self.facts.find(ROUTE, _name_key(namespace, name))
             if not uid or not r.get("uid") or r.get("uid") == uid
         ]
-        return _author(candidates[-1]) if candidates else None
+        return candidates[-1] if candidates else None
 
 
 def _author(record: Record) -> Author | None:
-    name, email = record.get("name"), record.get("email")
-    return Author(name, email) if name and email else None
+    name, email, user = record.get("name"), record.get("email"), record.get("user")
+    if not (name and email):
+        return None
+    return Author(name, email, user=user if isinstance(user, str) else "")

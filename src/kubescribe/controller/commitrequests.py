@@ -29,7 +29,6 @@ import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
@@ -38,7 +37,20 @@ from pydantic import ValidationError
 from kubescribe import metrics
 from kubescribe.api import conditions as c
 from kubescribe.api.models import CommitRequestSpec
+from kubescribe.attribution.decode import author_from_user
 from kubescribe.controller.plan import TargetPlan
+from kubescribe.controller.request_status import (
+    Final,
+    attribution_condition,
+    expires_at,
+    expiry_stamp,
+    final_conditions,
+    final_extra,
+    is_final,
+    progress_conditions,
+    target_problem,
+    timestamp,
+)
 from kubescribe.controller.status import Cond, StatusWriter, build_status
 from kubescribe.git.records import RequestHandle, RequestOutcome
 from kubescribe.git.worker import BranchWorker
@@ -55,9 +67,9 @@ log = structlog.get_logger(__name__)
 PLURAL = "commitrequests"
 RTYPE = ResourceType("kubescribe.io", "v1alpha1", PLURAL, "CommitRequest", True)
 
+REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 TARGET_GRACE = 10.0  # a bundle may create the target with the request: wait that long
 CATCH_UP_TIMEOUT = 15.0
-DEFAULT_TTL = 24 * 3600.0  # spec.ttlAfterFinished when unset
 POLL = 0.1
 LIST_EVERY = 0.5
 
@@ -75,150 +87,6 @@ class TargetAccess:
 
 class _Elsewhere(Exception):
     """The target's writer moved to another replica, which takes the request over."""
-
-
-@dataclass(frozen=True)
-class Final:
-    """How a request ended."""
-
-    reason: str
-    message: str
-    branch: str | None = None
-    sha: str | None = None
-    changes: int | None = None
-    author: Author | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.reason in (c.PUSHED, c.NOTHING_TO_COMMIT)
-
-
-def attribution_condition(plan: TargetPlan | None, requester: Author | None) -> Cond:
-    """Whether the request closes a window of an attributed author (its requester)."""
-    provider = plan.provider.spec if plan is not None and plan.provider is not None else None
-    if provider is None:
-        return Cond(c.AUTHOR_ATTRIBUTED, "Unknown", c.WAITING, "The GitTarget is not known yet")
-    if provider.attribution.mode != "attributed-author":
-        return Cond(
-            c.AUTHOR_ATTRIBUTED,
-            "False",
-            c.CONFIGURED_AUTHOR,
-            "The GitProvider uses configured-author: every window is the committer's",
-        )
-    if requester is None:
-        return Cond(
-            c.AUTHOR_ATTRIBUTED,
-            "False",
-            c.REQUESTER_UNKNOWN,
-            "No admission record names the requester: only a window whose author is"
-            " unresolved is closed",
-        )
-    return Cond(
-        c.AUTHOR_ATTRIBUTED,
-        "True",
-        c.AUTHOR_ATTRIBUTED,
-        f"Requested by {requester.name} <{requester.email}>: only their window is closed",
-    )
-
-
-def progress_conditions(reason: str, message: str, attributed: Cond) -> list[Cond]:
-    return [
-        Cond(c.READY, "Unknown", reason, message),
-        Cond(c.RECONCILING, "True", reason, message),
-        Cond(c.STALLED, "False", c.OK, ""),
-        Cond(c.PUSHED, "Unknown", reason, message),
-        attributed,
-    ]
-
-
-def final_conditions(final: Final, attributed: Cond) -> list[Cond]:
-    if final.reason == c.PUSHED:
-        ready = Cond(c.READY, "True", c.PUSHED, final.message)
-        pushed = Cond(c.PUSHED, "True", c.PUSHED, final.message)
-        stalled = Cond(c.STALLED, "False", c.OK, "")
-    elif final.reason == c.NOTHING_TO_COMMIT:
-        ready = Cond(c.READY, "True", c.NOTHING_TO_COMMIT, final.message)
-        pushed = Cond(c.PUSHED, "False", c.NOTHING_TO_COMMIT, final.message)
-        stalled = Cond(c.STALLED, "False", c.OK, "")
-    else:
-        ready = Cond(c.READY, "False", final.reason, final.message)
-        pushed = Cond(c.PUSHED, "False", final.reason, final.message)
-        stalled = Cond(c.STALLED, "True", final.reason, final.message)
-    return [ready, Cond(c.RECONCILING, "False", c.OK, ""), stalled, pushed, attributed]
-
-
-def final_extra(final: Final) -> dict[str, Any]:
-    extra: dict[str, Any] = {}
-    if final.branch is not None:
-        extra["branch"] = final.branch
-    if final.sha is not None:
-        extra["sha"] = final.sha
-    if final.changes is not None and final.sha is not None:
-        extra["changes"] = final.changes
-    if final.author is not None and final.sha is not None:
-        extra["author"] = f"{final.author.name} <{final.author.email}>"
-    return extra
-
-
-def is_final(obj: Mapping[str, Any]) -> bool:
-    """A request whose Ready is True or False for its generation is done."""
-    generation = int((obj.get("metadata") or {}).get("generation") or 0)
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == c.READY:
-            return bool(
-                cond.get("status") in ("True", "False")
-                and cond.get("observedGeneration") == generation
-            )
-    return False
-
-
-def ttl_of(obj: Mapping[str, Any]) -> float:
-    """`spec.ttlAfterFinished` in seconds (the default when unset or unreadable)."""
-    value = (obj.get("spec") or {}).get("ttlAfterFinished")
-    try:
-        return parse_duration(value) if isinstance(value, str) and value else DEFAULT_TTL
-    except ValueError:
-        return DEFAULT_TTL
-
-
-def _timestamp(value: Any) -> float | None:
-    try:
-        return datetime.strptime(str(value), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        return None
-
-
-def expires_at(obj: Mapping[str, Any]) -> float | None:
-    """When a finished request is deleted (epoch seconds): `status.expiresAt`, or for a request
-    finished without it, its final Ready transition plus its TTL; None when not known."""
-    status = obj.get("status") or {}
-    written = _timestamp(status.get("expiresAt")) if status.get("expiresAt") else None
-    if written is not None:
-        return written
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == c.READY:
-            finished = _timestamp(cond.get("lastTransitionTime"))
-            return None if finished is None else finished + ttl_of(obj)
-    return None
-
-
-def expiry_stamp(obj: Mapping[str, Any], now: float) -> str:
-    """`status.expiresAt` of a request that finishes at `now` (epoch seconds)."""
-    moment = datetime.fromtimestamp(now, UTC) + timedelta(seconds=ttl_of(obj))
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def target_problem(plan: TargetPlan | None) -> tuple[str, str] | None:
-    """Why a target is not written (reason, message); None when it is."""
-    if plan is None:
-        return c.TARGET_NOT_FOUND, "GitTarget not found"
-    if plan.problem is not None:
-        return plan.problem.reason, plan.problem.message
-    if plan.path_problem is not None:
-        return plan.path_problem.reason, plan.path_problem.message
-    if plan.spec is not None and plan.spec.suspend:
-        return c.SUSPENDED, f"GitTarget {plan.key} is suspended (spec.suspend)"
-    return None
 
 
 def _target_of(key: ObjectKey, obj: Mapping[str, Any]) -> TargetKey:
@@ -380,6 +248,11 @@ class CommitRequests:
     async def _expire(self, key: ObjectKey, uid: str, when: float) -> None:
         """Delete the request at `when` (only the one with this uid)."""
         await asyncio.sleep(max(0.0, when - time.time()))
+        # Shielded: the watch may report the deletion (which cancels this task) before the
+        # answer to the DELETE arrives, and it is counted all the same.
+        await asyncio.shield(self._delete(key, uid))
+
+    async def _delete(self, key: ObjectKey, uid: str) -> None:
         path = f"/apis/kubescribe.io/v1alpha1/namespaces/{key[0]}/{PLURAL}/{key[1]}"
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
         try:
@@ -434,7 +307,7 @@ class CommitRequests:
         extra = {**final_extra(final), "expiresAt": expiry_stamp(state.obj, time.time())}
         await self._write(state, final_conditions(final, state.attributed), extra)
         uid = str(obj["metadata"].get("uid") or "")
-        self._expire_later(key, uid, _timestamp(extra["expiresAt"]))
+        self._expire_later(key, uid, timestamp(extra["expiresAt"]))
 
     async def _process(self, key: ObjectKey, state: _State) -> Final:
         meta = state.obj["metadata"]
@@ -445,6 +318,12 @@ class CommitRequests:
             return Final(c.INVALID_SPEC, str(exc).splitlines()[0])
         target = TargetKey(key[0], spec.target_ref.name)
         requester = await self._requester(key, str(meta.get("uid") or ""))
+        author = None
+        if spec.author is not None:
+            author, refused = await self._named_author(key, str(meta.get("uid") or ""), requester,
+                                                       spec.author)  # fmt: skip
+            if refused is not None:
+                return refused
         resource_version = str(meta.get("resourceVersion") or "")
         while True:
             access = await self._writable(target, state)
@@ -456,8 +335,9 @@ class CommitRequests:
                 )
                 return Final(reason, message)
             final = await self._commit(
-                access.worker, target, requester, spec.message, delay, resource_version, state
-            )
+                access.worker, target, requester, (spec.message, author), delay,
+                resource_version, state,
+            )  # fmt: skip
             if final.reason != c.WORKER_STOPPED:
                 return final
             # The target moved to another worker (e.g. its provider changed): start again.
@@ -470,6 +350,39 @@ class CommitRequests:
         except Exception as exc:
             log.warning("commitrequest.requester_lookup_failed", error=str(exc))
             return None
+
+    async def _named_author(
+        self, key: ObjectKey, uid: str, requester: Author | None, user: str
+    ) -> tuple[Author | None, Final | None]:
+        """The commit author `spec.author` names, or why the requester may not name them: an
+        unknown requester, or a SubjectAccessReview that denies them `impersonate` on the user."""
+        if requester is None or not requester.user or self.authors is None:
+            return None, Final(
+                c.AUTHOR_NOT_ALLOWED,
+                "spec.author needs a known requester: the admission webhook records who created"
+                " the request, and none is recorded",
+            )
+        groups = await self.authors.groups_of_request(key[0], key[1], uid)
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": requester.user,
+                "groups": list(groups),
+                "resourceAttributes": {"verb": "impersonate", "resource": "users", "name": user},
+            },
+        }
+        try:
+            answer = await self.client.request("POST", REVIEWS, body=review)
+        except ApiError as exc:
+            return None, Final(c.AUTHOR_NOT_ALLOWED, f"the access review failed: {exc}")
+        if not (answer.get("status") or {}).get("allowed"):
+            return None, Final(
+                c.AUTHOR_NOT_ALLOWED,
+                f"{requester.user} may not impersonate user {user!r} (spec.author)",
+            )
+        named = author_from_user(user)
+        return Author(named.name, named.email, f"commit request by {requester.user}", user), None
 
     async def _writable(self, target: TargetKey, state: _State) -> TargetAccess:
         """The target's access once it is written; with no worker when it will not be."""
@@ -498,7 +411,7 @@ class CommitRequests:
         worker: BranchWorker,
         target: TargetKey,
         requester: Author | None,
-        message: str,
+        commit: tuple[str, Author | None],
         delay: float,
         resource_version: str,
         state: _State,
@@ -522,7 +435,7 @@ class CommitRequests:
                 handle,
                 caught_up(self.client, streams, resource_version, self.catch_up_timeout),
             )
-            future = worker.fire(handle, message)
+            future = worker.fire(handle, *commit)
             await self._progress(
                 state, c.COMMITTING, f"Committing the window of GitTarget {target}"
             )

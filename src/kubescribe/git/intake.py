@@ -250,6 +250,8 @@ class Intake:
             return
         metrics.WINDOWS_CLOSED.labels(str(closed.reason)).inc()
         author = None if closed.author == self.committer else closed.author
+        if handle is not None and handle.author is not None:
+            author = handle.author  # named by the request (spec.author), its access reviewed
         self._emit(
             Group(
                 closed.target,
@@ -353,11 +355,15 @@ class Intake:
             handle.finish(RequestOutcome(reason, f"GitTarget {target} is not written", self.branch))
         return handle
 
-    def fire(self, handle: RequestHandle, message: str) -> asyncio.Future[RequestOutcome]:
-        """Close the held window after everything submitted so far, with `message`."""
+    def fire(
+        self, handle: RequestHandle, message: str, author: Author | None = None
+    ) -> asyncio.Future[RequestOutcome]:
+        """Close the held window after everything submitted so far, with `message` (and
+        `author` as the commit's author, when given)."""
         if handle.future.done() or handle.fired:
             return handle.future
         handle.message = message
+        handle.author = author
         lane = self._lanes.get(handle.target)
         if lane is None:
             self._fire(handle, self._clock())

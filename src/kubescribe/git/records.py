@@ -57,6 +57,7 @@ class RequestHandle:
     future: asyncio.Future[RequestOutcome]
     on_progress: Callable[[str, str], None] | None = None
     message: str | None = None
+    author: Author | None = None  # the commit's author when the request names one
 
     @property
     def fired(self) -> bool:

@@ -217,11 +217,14 @@ class BranchWorker:
         `fire` or `release`. `on_progress(reason, message)` reports a push being retried."""
         return self._intake.hold(target, requester, on_progress)
 
-    def fire(self, handle: RequestHandle, message: str) -> asyncio.Future[RequestOutcome]:
-        """Close the held window with `message` after every item submitted so far; the future
-        resolves once that commit is pushed (or nothing needed committing, or the target is
-        no longer written). It is never failed by a timeout: a failing push is retried."""
-        return self._intake.fire(handle, message)
+    def fire(
+        self, handle: RequestHandle, message: str, author: Author | None = None
+    ) -> asyncio.Future[RequestOutcome]:
+        """Close the held window with `message` (and `author` instead of the window's, when
+        given) after every item submitted so far; the future resolves once that commit is
+        pushed (or nothing needed committing, or the target is no longer written). It is never
+        failed by a timeout: a failing push is retried."""
+        return self._intake.fire(handle, message, author)
 
     def release(self, handle: RequestHandle) -> None:
         """Stop holding (before `fire`): the window closes by its own rules again."""

@@ -83,6 +83,10 @@ class CommitRequestAuthors(Protocol):
         quickly (the record is written at admission, before the object exists)."""
         ...
 
+    async def groups_of_request(self, namespace: str, name: str, uid: str) -> tuple[str, ...]:
+        """The groups the creator of the request had (for access reviews); () when unknown."""
+        ...
+
 
 _UNSAFE = re.compile(r"[^a-z0-9._-]+")
 INFERRED = "inferred from managedFields"

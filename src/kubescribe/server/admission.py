@@ -156,6 +156,17 @@ async def _record(authors: RecordedRequestAuthors, req: Mapping[str, Any]) -> st
         log.warning("admission.oversized", sizes={f: len(v) for f, v in fields.items()})
         return "oversized"
     author = author_from_user(username, extra if isinstance(extra, Mapping) else None)
-    await authors.record(namespace, name, uid, author)
+    await authors.record(namespace, name, uid, author, _groups(user))
     log.info("admission.recorded", namespace=namespace, name=name, user=username)
     return "recorded"
+
+
+MAX_GROUPS = 256
+
+
+def _groups(user: Any) -> tuple[str, ...]:
+    """The requester's groups (for the access review of `spec.author`), bounded."""
+    groups = user.get("groups") if isinstance(user, Mapping) else None
+    if not isinstance(groups, list):
+        return ()
+    return tuple(g for g in groups[:MAX_GROUPS] if isinstance(g, str) and len(g) <= 1024)
