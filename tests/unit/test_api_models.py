@@ -11,11 +11,11 @@ from kubescribe.api import conditions as c
 from kubescribe.api.models import (
     GitProviderSpec,
     GitTargetSpec,
-    LocalObjectReference,
     ResourceRule,
     WatchRuleSpec,
 )
 from kubescribe.api.objects import ClusterWatchRule, GitProvider, GitTarget
+from kubescribe.api.schema import LocalObjectReference
 
 T0 = "2024-01-01T00:00:00Z"
 T1 = "2024-01-01T00:05:00Z"

@@ -9,8 +9,8 @@ import pytest
 from kubescribe.api.models import (
     GitProviderSpec,
     GitTargetSpec,
-    LocalObjectReference,
 )
+from kubescribe.api.schema import LocalObjectReference
 from kubescribe.controller.plan import Problem, ProviderPlan, TargetPlan
 from kubescribe.controller.request_status import (
     Final,

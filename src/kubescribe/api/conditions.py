@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from kubescribe.api.models import ConditionStatus
+from kubescribe.api.schema import ConditionStatus
 
 # The catalogue: every condition type and reason the operator writes, one line each, defined
 # here only (other modules import them). A new reason is one line in the reasons below, a row in

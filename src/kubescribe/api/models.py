@@ -7,13 +7,30 @@ Python names are snake_case, the wire format is camelCase (`model_validate` acce
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Final, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
-from pydantic.config import JsonDict
+from pydantic import AwareDatetime, ConfigDict, Field
 
-from kubescribe.gitnames import RESERVED_PATTERN
+from kubescribe.api.schema import (
+    BRANCH_RULES,
+    DURATION_PATTERN,
+    GIT_NAMES_RULE,
+    IMMUTABLE,
+    NAME_RULE,
+    NAMESPACE_RULE,
+    PATH_TEMPLATE_DOC,
+    RELATIVE_PATH_RULES,
+    AgeRecipient,
+    ApiModel,
+    LocalObjectReference,
+    NamespacedObjectReference,
+    ResourceName,
+    Status,
+    cel,
+    defaulted,
+    duration_rule,
+    list_map,
+)
 
 GROUP: Final = "kubescribe.io"
 VERSION: Final = "v1alpha1"
@@ -32,180 +49,6 @@ DEFAULT_COMMITTER_EMAIL: Final = "kubescribe@users.noreply.local"
 Operation = Literal["CREATE", "UPDATE", "DELETE", "*"]
 AttributionMode = Literal["configured-author", "attributed-author"]
 PruneMode = Literal["Never", "OnEvent", "Always"]
-ConditionStatus = Literal["True", "False", "Unknown"]
-
-
-def _cel(*rules: tuple[str, str]) -> JsonDict:
-    """`json_schema_extra` with CEL rules (`x-kubernetes-validations`) as `(rule, message)`."""
-    validations: list[Any] = [{"rule": rule, "message": message} for rule, message in rules]
-    return {"x-kubernetes-validations": validations}
-
-
-def _list_map(*keys: str) -> JsonDict:
-    """A list of objects that the API server merges and de-duplicates by `keys`."""
-    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}
-
-
-def _defaulted(model: type[BaseModel], description: str) -> Any:
-    """A nested object that the API server creates as `{}` so its own field defaults apply."""
-    return Field(default_factory=model, description=description, json_schema_extra={"default": {}})
-
-
-_IMMUTABLE = ("self == oldSelf", "is immutable")
-_NAME_RULE = (
-    "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",
-    "must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-' and '.')",
-)
-_NAMESPACE_RULE = (
-    "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",
-    "must be a lowercase RFC 1123 label (a-z, 0-9 and '-')",
-)
-_RELATIVE_PATH_RULES = (
-    ("!self.startsWith('/')", "must be relative (no leading '/')"),
-    ("!self.matches('(^|/)[.][.](/|$)')", "must not contain a '..' segment"),
-    (
-        "self == '.' || self.startsWith('/') || !self.matches('(^|/)[.]?(/|$)')",
-        "must not contain empty or '.' segments (use '.' alone for the repository root)",
-    ),
-)
-_GIT_NAMES_RULE = (
-    f"!self.matches(r'{RESERVED_PATTERN}')",
-    "must not contain a segment Git refuses: .git, .gitmodules, .gitattributes or a"
-    " Windows/macOS alias of one (git~1, .git., .GIT, …)",
-)
-_BRANCH_RULES = (
-    (
-        r"!self.matches('[[:cntrl:] ~^:?*\\[\\\\]')",
-        "must not contain spaces, control characters or any of ~ ^ : ? * [ \\",
-    ),
-    (
-        "!self.startsWith('-') && !self.startsWith('/') && !self.startsWith('.')"
-        " && !self.endsWith('/') && !self.endsWith('.') && !self.endsWith('.lock')",
-        "must not start with '-', '/' or '.' and must not end with '/', '.' or '.lock'",
-    ),
-    (
-        "!self.contains('..') && !self.contains('//') && !self.contains('@{')"
-        " && !self.contains('/.') && !self.contains('.lock/') && self != '@'",
-        "must be a valid git branch name: no '..', '//', '@{', no component starting with '.'"
-        " or ending with '.lock'",
-    ),
-)
-_DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
-
-
-def _duration(maximum: str) -> JsonDict:
-    """CEL: a Go duration string (`5s`, `500ms`, `1m30s`) of at most `maximum`."""
-    return _cel((f"duration(self) <= duration('{maximum}')", f"must be at most {maximum}"))
-
-
-_ResourceName = Annotated[
-    str,
-    Field(
-        min_length=1,
-        max_length=253,
-        json_schema_extra=_cel(
-            ("!self.contains('/')", "subresources (names containing '/') cannot be watched")
-        ),
-    ),
-]
-_AgeRecipient = Annotated[
-    str,
-    Field(
-        min_length=1,
-        max_length=4096,
-        json_schema_extra=_cel(
-            ("self.matches('^age1[0-9a-z]+$')", "must be an age recipient (age1…, lowercase)")
-        ),
-    ),
-]
-_PATH_TEMPLATE_DOC = (
-    "Path template relative to the target path, ending in `.yaml` (written as `.sops.yaml` when"
-    " encrypted). `{field}` placeholders (str.format, no format specs): `namespace` (`_cluster`"
-    " for cluster-scoped objects), `group` (`core` for the core group), `version`, `kind`,"
-    " `resource`, `name`, `cluster` (the ClusterProvider of the target's rules, `local` for the"
-    " operator's own cluster)."
-)
-
-
-class ApiModel(BaseModel):
-    """Base of all API models: camelCase aliases, unknown fields ignored."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True
-    )
-
-
-class LocalObjectReference(ApiModel):
-    """Reference to an object in the same namespace."""
-
-    name: str = Field(
-        min_length=1,
-        max_length=253,
-        description="Name of the object.",
-        json_schema_extra=_cel(_NAME_RULE),
-    )
-
-
-class NamespacedObjectReference(ApiModel):
-    """Reference to an object in a given namespace."""
-
-    name: str = Field(
-        min_length=1,
-        max_length=253,
-        description="Name of the object.",
-        json_schema_extra=_cel(_NAME_RULE),
-    )
-    namespace: str = Field(
-        min_length=1,
-        max_length=63,
-        description="Namespace of the object.",
-        json_schema_extra=_cel(_NAMESPACE_RULE),
-    )
-
-
-class ObjectMeta(ApiModel):
-    """The part of Kubernetes object metadata that kubescribe reads."""
-
-    name: str = ""
-    namespace: str | None = None
-    uid: str | None = None
-    resource_version: str | None = None
-    generation: int | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
-
-
-class Condition(ApiModel):
-    """Standard Kubernetes condition (metav1.Condition)."""
-
-    type: str = Field(
-        min_length=1, max_length=316, description="Type of the condition, e.g. `Ready`."
-    )
-    status: ConditionStatus = Field(description="Status of the condition: True, False or Unknown.")
-    reason: str = Field(
-        min_length=1,
-        max_length=1024,
-        pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
-        description="Stable CamelCase reason for the last transition.",
-    )
-    message: str = Field(max_length=32768, description="Human-readable detail.")
-    last_transition_time: AwareDatetime = Field(description="When the status last changed.")
-    observed_generation: int | None = Field(
-        None, ge=0, description="The `.metadata.generation` this condition was computed for."
-    )
-
-
-class Status(ApiModel):
-    """Status fields shared by every kind."""
-
-    observed_generation: int | None = Field(
-        None, ge=0, description="The `.metadata.generation` the operator last reconciled."
-    )
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        description="Ready, Reconciling and Stalled (kstatus) plus domain conditions.",
-        json_schema_extra=_list_map("type"),
-    )
 
 
 # --- GitProvider --------------------------------------------------------------------------
@@ -256,8 +99,8 @@ class CommitMessages(ApiModel):
 class CommitSpec(ApiModel):
     """How commits are made."""
 
-    committer: Committer = _defaulted(Committer, "Committer identity.")
-    message: CommitMessages = _defaulted(CommitMessages, "Commit message templates.")
+    committer: Committer = defaulted(Committer, "Committer identity.")
+    message: CommitMessages = defaulted(CommitMessages, "Commit message templates.")
 
 
 _DATA_KEY_RULE = r"^[-._a-zA-Z0-9]+$"
@@ -271,7 +114,7 @@ class KnownHostsReference(ApiModel):
         min_length=1,
         max_length=253,
         description="Name of the ConfigMap or Secret.",
-        json_schema_extra=_cel(_NAME_RULE),
+        json_schema_extra=cel(NAME_RULE),
     )
     key: str = Field(
         "known_hosts",
@@ -313,7 +156,7 @@ class PushSpec(ApiModel):
     commit_window: str = Field(
         DEFAULT_COMMIT_WINDOW,
         max_length=32,
-        pattern=_DURATION_PATTERN,
+        pattern=DURATION_PATTERN,
         description=(
             "Changes to one GitTarget by one author that arrive within this duration of each"
             " other (each change restarts it) become one commit, pushed when the window closes."
@@ -322,7 +165,7 @@ class PushSpec(ApiModel):
             " duration syntax (`5s`, `500ms`, `1m30s`), at most 1h; changes apply without a"
             " restart."
         ),
-        json_schema_extra=_duration("1h"),
+        json_schema_extra=duration_rule("1h"),
     )
     max_changes_per_commit: int = Field(
         DEFAULT_MAX_CHANGES_PER_COMMIT,
@@ -366,7 +209,7 @@ class GitProviderSpec(ApiModel):
         min_length=1,
         max_length=2048,
         description="Repository URL (https://, ssh:// or scp-like user@host:path). Immutable.",
-        json_schema_extra=_cel(_IMMUTABLE),
+        json_schema_extra=cel(IMMUTABLE),
     )
     secret_ref: LocalObjectReference | None = Field(
         None,
@@ -388,9 +231,9 @@ class GitProviderSpec(ApiModel):
         default=["*"],
         description="Glob patterns of the branches that GitTargets may write to.",
     )
-    commit: CommitSpec = _defaulted(CommitSpec, "Committer identity and message templates.")
-    push: PushSpec = _defaulted(PushSpec, "Commit window: how changes are grouped into commits.")
-    attribution: AttributionSpec = _defaulted(AttributionSpec, "Who is recorded as author.")
+    commit: CommitSpec = defaulted(CommitSpec, "Committer identity and message templates.")
+    push: PushSpec = defaulted(PushSpec, "Commit window: how changes are grouped into commits.")
+    attribution: AttributionSpec = defaulted(AttributionSpec, "Who is recorded as author.")
     signing: SigningSpec | None = Field(
         None, description="Sign every commit with an SSH key; unset means unsigned commits."
     )
@@ -429,11 +272,11 @@ class TypePlacement(ApiModel):
     template: str = Field(
         min_length=1,
         max_length=1024,
-        description=_PATH_TEMPLATE_DOC,
-        json_schema_extra=_cel(
+        description=PATH_TEMPLATE_DOC,
+        json_schema_extra=cel(
             ("self.endsWith('.yaml')", "must end with .yaml"),
-            *_RELATIVE_PATH_RULES,
-            _GIT_NAMES_RULE,
+            *RELATIVE_PATH_RULES,
+            GIT_NAMES_RULE,
         ),
     )
 
@@ -446,19 +289,19 @@ class Placement(ApiModel):
         min_length=1,
         max_length=1024,
         description=(
-            f"{_PATH_TEMPLATE_DOC} Default: `{{namespace}}/{{group}}/{{resource}}/{{name}}.yaml`."
+            f"{PATH_TEMPLATE_DOC} Default: `{{namespace}}/{{group}}/{{resource}}/{{name}}.yaml`."
         ),
-        json_schema_extra=_cel(
+        json_schema_extra=cel(
             ("self.endsWith('.yaml')", "must end with .yaml"),
-            *_RELATIVE_PATH_RULES,
-            _GIT_NAMES_RULE,
+            *RELATIVE_PATH_RULES,
+            GIT_NAMES_RULE,
         ),
     )
     types: list[TypePlacement] = Field(
         default_factory=list,
         max_length=256,
         description="Per-type templates; they take precedence over `default`.",
-        json_schema_extra=_list_map("group", "resource"),
+        json_schema_extra=list_map("group", "resource"),
     )
 
 
@@ -487,7 +330,7 @@ class SensitiveType(ApiModel):
     whole_document: bool = Field(False, description="Encrypt every value of the document.")
 
     model_config = ConfigDict(
-        json_schema_extra=_cel(
+        json_schema_extra=cel(
             (
                 "self.wholeDocument || (has(self.paths) && size(self.paths) > 0)",
                 "set paths or wholeDocument",
@@ -499,7 +342,7 @@ class SensitiveType(ApiModel):
 class EncryptionSpec(ApiModel):
     """SOPS (age) encryption of sensitive documents; core `secrets` are always sensitive."""
 
-    recipients: list[_AgeRecipient] = Field(
+    recipients: list[AgeRecipient] = Field(
         default_factory=list,
         max_length=64,
         description="age recipients (`age1…`) every sensitive document is encrypted to.",
@@ -519,11 +362,11 @@ class EncryptionSpec(ApiModel):
         default_factory=list,
         max_length=256,
         description="Further sensitive types, in addition to core `secrets`.",
-        json_schema_extra=_list_map("group", "resource"),
+        json_schema_extra=list_map("group", "resource"),
     )
 
     model_config = ConfigDict(
-        json_schema_extra=_cel(
+        json_schema_extra=cel(
             (
                 "(has(self.recipients) && size(self.recipients) > 0) || has(self.ageKeySecretRef)",
                 "needs recipients or ageKeySecretRef",
@@ -672,7 +515,7 @@ _ServiceAccountRef = Annotated[
     Field(
         min_length=3,
         max_length=317,
-        json_schema_extra=_cel(
+        json_schema_extra=cel(
             (
                 "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?/"
                 "([*]|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$')",
@@ -716,7 +559,7 @@ class IgnoreIdentities(ApiModel):
 class IgnoreSpec(ApiModel):
     """Changes this target does not record."""
 
-    changes_by: IgnoreIdentities = _defaulted(
+    changes_by: IgnoreIdentities = defaulted(
         IgnoreIdentities, "Identities whose creates, updates and deletes make no commit."
     )
 
@@ -740,7 +583,7 @@ class KustomizeSpec(ApiModel):
             "Folder, relative to `path`, whose kustomization renders the target (e.g. an"
             " overlay); new documents are placed under it and listed in its `resources:`."
         ),
-        json_schema_extra=_cel(*_RELATIVE_PATH_RULES, _GIT_NAMES_RULE),
+        json_schema_extra=cel(*RELATIVE_PATH_RULES, GIT_NAMES_RULE),
     )
     write_unsupported: bool = Field(
         False,
@@ -773,7 +616,7 @@ class GitTargetSpec(ApiModel):
             "Branch to write to (short name, e.g. `main`); must be allowed by the provider."
             " Immutable."
         ),
-        json_schema_extra=_cel(_IMMUTABLE, *_BRANCH_RULES),
+        json_schema_extra=cel(IMMUTABLE, *BRANCH_RULES),
     )
     base_branch: str | None = Field(
         None,
@@ -783,27 +626,27 @@ class GitTargetSpec(ApiModel):
             "Where `branch` starts when the remote does not have it yet (short name);"
             " default: the remote's default branch (its HEAD)."
         ),
-        json_schema_extra=_cel(*_BRANCH_RULES),
+        json_schema_extra=cel(*BRANCH_RULES),
     )
     path: str = Field(
         ".",
         min_length=1,
         max_length=1024,
         description="Folder in the repository, relative, `.` for the root. Immutable.",
-        json_schema_extra=_cel(_IMMUTABLE, *_RELATIVE_PATH_RULES, _GIT_NAMES_RULE),
+        json_schema_extra=cel(IMMUTABLE, *RELATIVE_PATH_RULES, GIT_NAMES_RULE),
     )
     placement: Placement = Field(
         default_factory=Placement, description="Layout of documents inside `path`."
     )
-    prune: PruneSpec = _defaulted(PruneSpec, "Removal of documents of deleted objects.")
+    prune: PruneSpec = defaulted(PruneSpec, "Removal of documents of deleted objects.")
     suspend: bool = Field(False, description="Stop writing; changes are caught up on resume.")
     encryption: EncryptionSpec | None = Field(
         None, description="Encryption of sensitive documents; required to mirror Secrets."
     )
-    kustomize: KustomizeSpec = _defaulted(
+    kustomize: KustomizeSpec = defaulted(
         KustomizeSpec, "Writing through a kustomization.yaml in the folder (Flux, Argo CD)."
     )
-    content: ContentSpec = _defaulted(
+    content: ContentSpec = defaulted(
         ContentSpec, "What each document holds: the fields people wrote (Owned) or all (Full)."
     )
     noise: NoiseSpec | None = Field(
@@ -867,7 +710,7 @@ class LabelSelectorRequirement(ApiModel):
     )
 
     model_config = ConfigDict(
-        json_schema_extra=_cel(
+        json_schema_extra=cel(
             (
                 "self.operator in ['In', 'NotIn']"
                 " ? (has(self.values) && size(self.values) > 0)"
@@ -903,7 +746,7 @@ class ClusterResourceRule(ApiModel):
         max_length=16,
         description="API versions; `*` means the preferred version of each group.",
     )
-    resources: list[_ResourceName] = Field(
+    resources: list[ResourceName] = Field(
         min_length=1,
         max_length=64,
         description="Plural resource names (`deployments`), `*` for all; no subresources.",
@@ -927,7 +770,7 @@ class ResourceRule(ClusterResourceRule):
         min_length=1,
         max_length=63,
         description="Namespace to read from; defaults to the WatchRule's own namespace.",
-        json_schema_extra=_cel(_NAMESPACE_RULE),
+        json_schema_extra=cel(NAMESPACE_RULE),
     )
 
 
@@ -938,7 +781,7 @@ class ClusterReference(ApiModel):
         min_length=1,
         max_length=253,
         description="Name of the ClusterProvider.",
-        json_schema_extra=_cel(_NAME_RULE),
+        json_schema_extra=cel(NAME_RULE),
     )
 
 
@@ -962,7 +805,7 @@ class WatchRuleSpec(ApiModel):
 
 
 _NamespaceName = Annotated[
-    str, Field(min_length=1, max_length=63, json_schema_extra=_cel(_NAMESPACE_RULE))
+    str, Field(min_length=1, max_length=63, json_schema_extra=cel(NAMESPACE_RULE))
 ]
 
 
@@ -1022,7 +865,7 @@ _NamespaceOrAll = Annotated[
     Field(
         min_length=1,
         max_length=63,
-        json_schema_extra=_cel(
+        json_schema_extra=cel(
             (
                 "self == '*' || self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",
                 "must be a namespace name or '*'",
@@ -1039,13 +882,13 @@ class KubeconfigSecretReference(ApiModel):
         min_length=1,
         max_length=253,
         description="Name of the Secret.",
-        json_schema_extra=_cel(_NAME_RULE),
+        json_schema_extra=cel(NAME_RULE),
     )
     namespace: str = Field(
         min_length=1,
         max_length=63,
         description="Namespace of the Secret.",
-        json_schema_extra=_cel(_NAMESPACE_RULE),
+        json_schema_extra=cel(NAMESPACE_RULE),
     )
     key: str = Field("kubeconfig", min_length=1, max_length=253, description="Key in the Secret.")
 
@@ -1082,7 +925,7 @@ class ClusterProviderSpec(ApiModel):
             " operator's receiver): its facts name the authors of this cluster's changes, and"
             " only of this cluster's. Without it, attributed commits get the unresolved author."
         ),
-        json_schema_extra=_cel(_NAMESPACE_RULE),
+        json_schema_extra=cel(NAMESPACE_RULE),
     )
 
 
@@ -1107,29 +950,29 @@ class CommitRequestSpec(ApiModel):
             "Commit message (its first line is the subject). The commit body lists the"
             " changes. Only the requester's own window is closed (see `AuthorAttributed`)."
         ),
-        json_schema_extra=_cel(("self.trim() != ''", "must not be blank")),
+        json_schema_extra=cel(("self.trim() != ''", "must not be blank")),
     )
     collect_delay: str | None = Field(
         None,
         max_length=32,
-        pattern=_DURATION_PATTERN,
+        pattern=DURATION_PATTERN,
         description=(
             "Wait this long for changes still arriving (e.g. applied with this request) before"
             " closing the window; the window stays open meanwhile, also with a `0s`"
             " commitWindow. Go duration syntax, at most 10m. Changes created before the"
             " request are always waited for."
         ),
-        json_schema_extra=_duration("10m"),
+        json_schema_extra=duration_rule("10m"),
     )
     author: str | None = Field(None, min_length=1, max_length=512, description=(
         "Commit the requester's window as this Kubernetes user; allowed only when the requester"
         " (as the admission webhook recorded them) may `impersonate` that user."
     ))  # fmt: skip
-    ttl_after_finished: str | None = Field(None, max_length=32, pattern=_DURATION_PATTERN,
+    ttl_after_finished: str | None = Field(None, max_length=32, pattern=DURATION_PATTERN,
         description="Delete the request this long after it finished (`0s`: at once; 24h unset).",
-        json_schema_extra=_duration("8760h"))  # fmt: skip
+        json_schema_extra=duration_rule("8760h"))  # fmt: skip
 
-    model_config = ConfigDict(json_schema_extra=_cel(("self == oldSelf", "spec is immutable")))
+    model_config = ConfigDict(json_schema_extra=cel(("self == oldSelf", "spec is immutable")))
 
 
 class CommitRequestStatus(Status):

@@ -10,7 +10,6 @@ from pydantic import Field
 
 from kubescribe.api.models import (
     API_VERSION,
-    ApiModel,
     ClusterProviderSpec,
     ClusterProviderStatus,
     ClusterWatchRuleSpec,
@@ -20,10 +19,10 @@ from kubescribe.api.models import (
     GitProviderStatus,
     GitTargetSpec,
     GitTargetStatus,
-    ObjectMeta,
     WatchRuleSpec,
     WatchRuleStatus,
 )
+from kubescribe.api.schema import ApiModel, ObjectMeta
 
 
 @dataclass(frozen=True)

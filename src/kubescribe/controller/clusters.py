@@ -27,7 +27,7 @@ import aiohttp
 import structlog
 
 from kubescribe.api import conditions as c
-from kubescribe.api.models import ConditionStatus
+from kubescribe.api.schema import ConditionStatus
 from kubescribe.controller.ownership import secret_data
 from kubescribe.controller.plan import ClusterPlan
 from kubescribe.controller.status import Cond, kstatus

@@ -11,7 +11,7 @@ from typing import Any
 import structlog
 
 from kubescribe.api import conditions as c
-from kubescribe.api.models import ConditionStatus
+from kubescribe.api.schema import ConditionStatus
 from kubescribe.controller.events import EventRecorder
 from kubescribe.git.records import Refusal
 from kubescribe.kube.client import ApiError, KubeClient
