@@ -9,15 +9,15 @@ import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pygit2
 
-from kubescribe.git.repo import GitRepository, RemoteError, local_path
-from kubescribe.git.transport.callbacks import remote_callbacks
-from kubescribe.git.transport.secret import Credentials
 from kubescribe.history.index import HistoryError
-from kubescribe.kube.client import KubeClient
+
+if TYPE_CHECKING:
+    from kubescribe.git.transport.secret import Credentials
+    from kubescribe.kube.client import KubeClient
 
 TARGETS = "/apis/kubescribe.io/v1alpha1/namespaces/{ns}/{plural}/{name}"
 
@@ -68,6 +68,11 @@ def fetch_remote(
     url: str, branch: str, folder: str, credentials: Credentials | None = None
 ) -> Source:
     """The branch of a remote, fetched into the cache (a local path or file:// is opened)."""
+    # The Git transport is loaded for remotes only: a local clone answers without it.
+    from kubescribe.git.repo import GitRepository, RemoteError, local_path  # noqa: PLC0415
+    from kubescribe.git.transport.callbacks import remote_callbacks  # noqa: PLC0415
+    from kubescribe.git.transport.secret import Credentials  # noqa: PLC0415
+
     local = local_path(url)
     if local is not None:
         return open_local(local, branch, folder)
@@ -85,6 +90,9 @@ def fetch_remote(
 async def from_target(client: KubeClient, namespace: str, name: str) -> Source:
     """The repository, branch and folder of GitTarget `namespace/name`, fetched with its
     provider's credentials (when the user may read that Secret)."""
+    from kubescribe.git.repo import local_path  # noqa: PLC0415
+    from kubescribe.git.transport.secret import Credentials  # noqa: PLC0415
+
     target = await client.get(TARGETS.format(ns=namespace, plural="gittargets", name=name))
     spec = target.get("spec") or {}
     provider_name = (spec.get("providerRef") or {}).get("name", "")
