@@ -91,6 +91,9 @@ def test_times_and_commits() -> None:
     assert parse_time("2026-12-03T13:00:00+01:00", NOW) == dt.datetime(
         2026, 12, 3, 12, tzinfo=dt.UTC
     )
+    assert parse_time("13:30", NOW) == dt.datetime(2026, 12, 3, 13, 30, tzinfo=dt.UTC)
+    assert parse_time("9:00", NOW) == dt.datetime(2026, 12, 3, 9, tzinfo=dt.UTC)
+    assert parse_time("15:00", NOW) == dt.datetime(2026, 12, 2, 15, tzinfo=dt.UTC)
     with pytest.raises(TimeError, match="not a time"):
         parse_time("yesterday", NOW)
     assert looks_like_commit("4f92688")

@@ -180,6 +180,7 @@ def test_points_in_time_and_commits(mirror: Mirror) -> None:
     now = dt.datetime.now(dt.UTC)
     created = entries[0].commit.sha
     assert views.at(entries, views.point(history, created[:8], now)) == entries[0]
+    assert views.at(entries, views.point(history, "main~1", now)) == entries[1]
     between = dt.datetime.fromtimestamp(START + 90, dt.UTC).isoformat()
     assert views.at(entries, views.point(history, between, now)) == entries[0]
     assert views.at(entries, views.point(history, "2020-01-01", now)) is None

@@ -13,7 +13,7 @@ from typing import Any
 from kubescribe.history import fields
 from kubescribe.history.index import Entry, History, HistoryError
 from kubescribe.history.refs import ObjectRef
-from kubescribe.history.times import local, looks_like_commit, parse_time
+from kubescribe.history.times import duration, local, looks_like_commit, parse_time
 from kubescribe.mirror.identity import Identity
 from kubescribe.mirror.yamlfmt import dump_yaml
 
@@ -51,8 +51,9 @@ class Point:
 
 
 def point(history: History, text: str, now: dt.datetime) -> Point:
-    """`--at`/`--from`/`--to`: a commit of the branch, else a time."""
-    if looks_like_commit(text):
+    """`--at`/`--from`/`--to`: a duration ago, a commit of the branch (any revision Git reads:
+    `9c1f3e2`, `main~3`), else a time."""
+    if duration(text) is None:
         seq = history.commit_seq(text)
         if seq is not None:
             return Point(text, seq=seq)
