@@ -137,7 +137,10 @@ class History:
         self.folder = folder.strip("/") if folder not in ("", ".") else ""
         if db is not None:
             db.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(db) if db is not None else ":memory:")
+        # Another command extending the same index holds it for as long as that takes.
+        self._db = sqlite3.connect(
+            str(db) if db is not None else ":memory:", timeout=600, isolation_level=None
+        )
         self._db.executescript(_TABLES)
         self._blobs: dict[pygit2.Oid, dict[Identity, bytes]] = {}
         self.indexed = 0
