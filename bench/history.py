@@ -32,12 +32,13 @@ import click
 import pygit2
 
 from kubescribe.history import views
-from kubescribe.history.index import History
+from kubescribe.history.index import History, index_file
 from kubescribe.history.refs import parse_ref
 
 SCRIPT = shutil.which("kubescribe", path=str(Path(sys.executable).parent)) or "kubescribe"
 AUTHORS = [("alice", "audit"), ("bob", "audit"), ("carol", "admission"), ("ci-bot", "audit")]
 SHM = "/dev/shm"  # a tmpfs: the default of --workdir when it exists
+EXTRA = "dave"  # the author of the commits that extend the index
 BLOB = pygit2.enums.FileMode.BLOB
 TREE = pygit2.enums.FileMode.TREE
 
@@ -106,6 +107,31 @@ class Writer:
         parents = [self.tip] if self.tip is not None else []
         self.tip = self.repo.create_commit(None, sig, committer, message, self.root, parents)
 
+    @classmethod
+    def reopen(cls, path: Path) -> Writer:
+        """A writer that goes on from the tip of a repository `generate` wrote."""
+        writer = cls(pygit2.Repository(str(path)))
+        tip = writer.repo.references["refs/heads/main"].peel(pygit2.Commit)
+        writer.tip = tip.id
+        writer.root = tip.tree.id
+        generated = tip
+        while generated.author.name == EXTRA:  # the commits an earlier run added
+            generated = generated.parents[0]
+        first, *_ = generated.message.split("\n", 1)
+        _, resource, ref = first.split()
+        ns, name = ref.split("/")
+        group = "core" if resource == "configmaps" else "apps"
+        writer.last = f"mirror/{ns}/{group}/{resource}/{name}.yaml"
+        writer.load(tip.tree, ())
+        return writer
+
+    def load(self, tree: pygit2.Tree, folder: tuple[str, ...]) -> None:
+        entries = self.dirs.setdefault(folder, {})
+        for entry in tree:
+            entries[entry.name or ""] = (entry.id, entry.filemode)
+            if isinstance(entry, pygit2.Tree):
+                self.load(entry, (*folder, entry.name or ""))
+
     def publish(self) -> None:
         assert self.tip is not None
         self.repo.references.create("refs/heads/main", self.tip, force=True)
@@ -167,17 +193,30 @@ def run(*argv: str, env: dict[str, str] | None = None, cwd: Path | None = None) 
     help="Where the repository is written (default: tmpfs when there is one: a disk that "
     "syncs every loose object makes generating take many minutes).",
 )
-def main(commits: int, objects: int, samples: int, workdir: str | None) -> None:
+@click.option(
+    "--keep",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Keep the generated repository here, and reuse the one already there (generated "
+    "with the same --commits and --objects) instead of writing it again.",
+)
+def main(commits: int, objects: int, samples: int, workdir: str | None, keep: Path | None) -> None:
     figures: dict[str, Any] = {"commits": commits, "objects": objects}
     with tempfile.TemporaryDirectory(prefix="kubescribe-history-bench-", dir=workdir) as tmp:
         work = Path(tmp)
-        repo_path = work / "mirror.git"
-        started = time.perf_counter()
-        writer = generate(repo_path, commits, objects)
-        figures["generate_s"] = round(time.perf_counter() - started, 1)
-        started = time.perf_counter()
-        run("git", "repack", "-adq", cwd=repo_path)
-        figures["repack_s"] = round(time.perf_counter() - started, 1)
+        repo_path = (keep or work) / "mirror.git"
+        if keep is not None and repo_path.is_dir():
+            writer = Writer.reopen(repo_path)
+        else:
+            started = time.perf_counter()
+            writer = generate(repo_path, commits, objects)
+            figures["generate_s"] = round(time.perf_counter() - started, 1)
+            started = time.perf_counter()
+            run("git", "repack", "-adq", cwd=repo_path)
+            figures["repack_s"] = round(time.perf_counter() - started, 1)
+        for graph in ("objects/info/commit-graph", "objects/info/commit-graphs"):
+            shutil.rmtree(repo_path / graph, ignore_errors=True)
+            (repo_path / graph).unlink(missing_ok=True)
 
         # The object asked about: the one the newest commit changed.
         file = writer.last
@@ -205,7 +244,7 @@ def main(commits: int, objects: int, samples: int, workdir: str | None) -> None:
         for n in range(100):
             data = configmap("team-000", "app-0001", commits + n)
             writer.put("mirror/team-000/core/configmaps/app-0001.yaml", data)
-            writer.commit("dave", "audit", int(time.time()), "UPDATE extra")
+            writer.commit(EXTRA, "audit", int(time.time()), "UPDATE extra")
         writer.publish()
         started = time.perf_counter()
         History(repo, writer.tip, "mirror", db).close()
@@ -238,7 +277,9 @@ def main(commits: int, objects: int, samples: int, workdir: str | None) -> None:
         # The commands as a user runs them, the index warm in the cache.
         env = {**os.environ, "XDG_CACHE_HOME": str(work / "cache")}
         source = ("--repo", str(repo_path), "--path", "mirror")
-        run(SCRIPT, "timeline", "--since", "1h", *source, env=env)  # builds the cached index
+        cached = index_file(work / "cache" / "history", str(repo_path) + "/", "main", "mirror")
+        cached.parent.mkdir(parents=True)
+        shutil.copyfile(db, cached)  # the index built above, where the commands keep theirs
         commands = {
             "history": ("history", f"{kind}/{name}", "-n", ns),
             "show_at": ("show", f"{kind}/{name}", "-n", ns, "--at", "3h"),

@@ -30,6 +30,7 @@ SOURCE_TRAILER = "Kubescribe-Author-Source"
 _SPLIT = re.compile(rb"^---[ \t]*(?:#.*)?\r?\n", re.MULTILINE)
 _SUFFIXES = (".yaml", ".yml")
 _BLOB_CACHE = 8192
+_TREE_CACHE = 1024
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,8 @@ class History:
         )
         self._db.executescript(_TABLES)
         self._blobs: dict[pygit2.Oid, dict[Identity, bytes]] = {}
+        self._trees: dict[pygit2.Oid, dict[str, tuple[pygit2.Oid, bool]]] = {}
+        self._prefix = f"{self.folder}/" if self.folder else ""
         self.indexed = 0
         self._update()
 
@@ -245,6 +248,40 @@ class History:
             self._blobs[oid] = found
         return found
 
+    def _entries(self, tree: pygit2.Tree | None) -> dict[str, tuple[pygit2.Oid, bool]]:
+        """Name -> (id, is a tree) of a tree's entries (the tree before a commit is the one
+        after the commit before it: each listing is read once)."""
+        if tree is None:
+            return {}
+        found = self._trees.get(tree.id)
+        if found is None:
+            if len(self._trees) >= _TREE_CACHE:
+                self._trees.clear()
+            found = {e.name or "": (e.id, e.type_str == "tree") for e in tree}
+            self._trees[tree.id] = found
+        return found
+
+    def _changed_files(
+        self, old: pygit2.Tree | None, new: pygit2.Tree | None, prefix: str
+    ) -> Iterator[tuple[str, pygit2.Oid | None, pygit2.Oid | None]]:
+        """(path, old blob, new blob) of every file that differs, descending only into
+        subtrees whose ids differ (a commit of a mirror changes a few files of thousands)."""
+        before, after = self._entries(old), self._entries(new)
+        for name in before.keys() | after.keys():
+            a, b = before.get(name), after.get(name)
+            if a == b:
+                continue
+            a_tree = self.repo[a[0]] if a is not None and a[1] else None
+            b_tree = self.repo[b[0]] if b is not None and b[1] else None
+            if a_tree is not None or b_tree is not None:
+                assert a_tree is None or isinstance(a_tree, pygit2.Tree)
+                assert b_tree is None or isinstance(b_tree, pygit2.Tree)
+                yield from self._changed_files(a_tree, b_tree, f"{prefix}{name}/")
+            blob_a = a[0] if a is not None and not a[1] else None
+            blob_b = b[0] if b is not None and not b[1] else None
+            if blob_a is not None or blob_b is not None:
+                yield f"{prefix}{name}", blob_a, blob_b
+
     def _changes(
         self, commit: pygit2.Commit
     ) -> Iterator[tuple[Identity, str, str, str | None, str | None]]:
@@ -252,23 +289,13 @@ class History:
         old_tree = (
             _subtree(self.repo, commit.parents[0].tree, self.folder) if commit.parents else None
         )
-        if new_tree is None and old_tree is None:
-            return
-        if old_tree is None:
-            assert new_tree is not None
-            diff = new_tree.diff_to_tree(swap=True)
-        elif new_tree is None:
-            diff = old_tree.diff_to_tree()
-        else:
-            diff = old_tree.diff_to_tree(new_tree)
         before: dict[Identity, tuple[str, str, bytes]] = {}
         after: dict[Identity, tuple[str, str, bytes]] = {}
-        for delta in diff.deltas:
-            for side, found in ((delta.old_file, before), (delta.new_file, after)):
-                if side.id == pygit2.Oid(raw=b"\0" * 20) or not side.path.endswith(_SUFFIXES):
-                    continue
-                for identity, chunk in self._objects(side.id).items():
-                    found[identity] = (self._path(side.path), str(side.id), chunk)
+        for path, was, now in self._changed_files(old_tree, new_tree, self._prefix):
+            for oid, found in ((was, before), (now, after)):
+                if oid is not None and path.endswith(_SUFFIXES):
+                    for identity, chunk in self._objects(oid).items():
+                        found[identity] = (path, str(oid), chunk)
         for identity in sorted(before.keys() | after.keys()):
             old, new = before.get(identity), after.get(identity)
             if new is None:
@@ -280,9 +307,6 @@ class History:
                 yield identity, "UPDATE", new[0], new[1], old[1]
             elif old[0] != new[0]:
                 yield identity, "MOVE", new[0], new[1], old[1]
-
-    def _path(self, path: str) -> str:
-        return f"{self.folder}/{path}" if self.folder else path
 
     # --- questions -------------------------------------------------------------------------
 
