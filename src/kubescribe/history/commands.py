@@ -18,7 +18,7 @@ from kubescribe.history.index import Entry, History, HistoryError, index_file
 from kubescribe.history.refs import ObjectRef, parse_ref
 from kubescribe.history.restoring import controlled_by, refusal, restorable
 from kubescribe.history.source import Source, cache_dir, fetch_remote, from_target, open_local
-from kubescribe.history.times import local, parse_time
+from kubescribe.history.times import parse_time, utc
 from kubescribe.mirror.identity import Identity
 from kubescribe.mirror.yamlfmt import dump_yaml
 
@@ -108,7 +108,7 @@ def _version(history: History, identity: Identity, text: str) -> tuple[Entry, di
     if doc is None:
         raise HistoryError(
             f"{identity.kind} {identity.ref} did not exist at {text}: deleted at "
-            f"{local(entry.commit.time)} by {entry.commit.author} ({entry.commit.sha[:10]})"
+            f"{utc(entry.commit.time)} by {entry.commit.author} ({entry.commit.sha[:10]})"
         )
     return entry, doc
 
@@ -117,7 +117,7 @@ def show_text(history: History, ref_text: str, namespace: str | None, at_text: s
     _, identity = _object(history, ref_text, namespace)
     entry, doc = _version(history, identity, at_text)
     head = (
-        f"# {identity.kind} {identity.ref} as of {local(entry.commit.time)}, "
+        f"# {identity.kind} {identity.ref} as of {utc(entry.commit.time)}, "
         f"commit {entry.commit.sha[:10]} by {views.author(entry)}\n"
     )
     if fields.is_secret(doc):
@@ -262,7 +262,7 @@ def timeline_text(
     if output == "json":
         return json.dumps([views.entry_json(history, e) for e in reversed(entries)], indent=2)
     if not entries:
-        return f"no change since {local(start)}"
+        return f"no change since {utc(start)}"
     return views.table(views.timeline_rows(history, entries))
 
 
@@ -299,7 +299,7 @@ def restore_text(
         )
     secret = fields.is_secret(doc)
     current = as_mirrored(live, _content(source)) if live is not None else None
-    version = f"{entry.commit.sha[:10]} ({local(entry.commit.time)}, {views.author(entry)})"
+    version = f"{entry.commit.sha[:10]} ({utc(entry.commit.time)}, {views.author(entry)})"
     lines = views.field_lines(current, wanted, secret)
     what = "absent now: it is created" if live is None else "live now"
     emit(f"{identity.kind} {identity.ref} at {version}, against {what}:")

@@ -53,6 +53,6 @@ def looks_like_commit(text: str) -> bool:
     return bool(_COMMIT.match(text)) and not text.isdigit()
 
 
-def local(when: dt.datetime) -> str:
+def utc(when: dt.datetime) -> str:
     """How a time is shown: UTC to the second."""
     return when.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")

@@ -13,7 +13,7 @@ from typing import Any
 from kubescribe.history import fields
 from kubescribe.history.index import Entry, History, HistoryError
 from kubescribe.history.refs import ObjectRef
-from kubescribe.history.times import duration, local, looks_like_commit, parse_time
+from kubescribe.history.times import duration, looks_like_commit, parse_time, utc
 from kubescribe.mirror.identity import Identity
 from kubescribe.mirror.yamlfmt import dump_yaml
 
@@ -120,7 +120,7 @@ def history_rows(history: History, entries: Sequence[Entry]) -> list[list[str]]:
     for entry in reversed(entries):
         rows.append(
             [
-                local(entry.commit.time),
+                utc(entry.commit.time),
                 author(entry),
                 entry.operation,
                 entry.commit.sha[:10],
@@ -137,7 +137,7 @@ def timeline_rows(history: History, entries: Sequence[Entry]) -> list[list[str]]
         name = f"{who.kind}/{who.name}" + (f" -n {who.namespace}" if who.namespace else "")
         rows.append(
             [
-                local(entry.commit.time),
+                utc(entry.commit.time),
                 author(entry),
                 entry.operation,
                 name,
@@ -160,7 +160,7 @@ def blame_rows(history: History, entries: Sequence[Entry]) -> list[list[str]]:
                 blamed.path,
                 value if value is not None else "…",
                 author(blamed.change),
-                local(blamed.change.commit.time),
+                utc(blamed.change.commit.time),
                 blamed.change.commit.sha[:10],
             ]
         )
