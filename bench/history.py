@@ -138,6 +138,8 @@ class Writer:
 
 
 def generate(path: Path, commits: int, objects: int, seed: int = 7) -> Writer:
+    # Every object a tree or commit names was just written: libgit2 need not look each up.
+    pygit2.settings.enable_strict_object_creation(False)
     rng = random.Random(seed)
     repo = pygit2.init_repository(str(path), bare=True)
     writer = Writer(repo)
