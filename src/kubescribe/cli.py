@@ -994,6 +994,8 @@ def _where(
 ) -> dict[str, Any]:
     if bool(repo) == bool(target):
         raise click.UsageError("give either --repo PATH|URL or --target NAMESPACE/NAME")
+    if target is not None and len([p for p in target.split("/") if p]) != 2:
+        raise click.BadParameter(f"{target!r} is not NAMESPACE/NAME", param_hint="--target")
     return {
         "repo": repo,
         "target": target,

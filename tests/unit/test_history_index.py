@@ -253,6 +253,7 @@ def test_the_commands_as_a_user_runs_them(mirror: Mirror, tmp_path: Path) -> Non
         (("show", "deploy/web", "--at", "yesterday", *repo), 2, "is not a time"),
         (("history", "deploy/web", "--repo", str(tmp_path)), 1, "is not a Git repository"),
         (("history", "deploy/web"), 2, "give either --repo"),
+        (("history", "deploy/web", "--target", "mirror"), 2, "is not NAMESPACE/NAME"),
         (("history", "cm/web", *repo), 1, "no cm/web in this history"),
     ]:
         failed = kubescribe(*args, cache=cache)

@@ -92,6 +92,7 @@ async def from_target(client: KubeClient, namespace: str, name: str) -> Source:
     provider's credentials (when the user may read that Secret)."""
     from kubescribe.git.repo import local_path  # noqa: PLC0415
     from kubescribe.git.transport.secret import Credentials  # noqa: PLC0415
+    from kubescribe.kube.client import ApiError  # noqa: PLC0415
 
     target = await client.get(TARGETS.format(ns=namespace, plural="gittargets", name=name))
     spec = target.get("spec") or {}
@@ -104,9 +105,14 @@ async def from_target(client: KubeClient, namespace: str, name: str) -> Source:
     credentials = None
     secret = (pspec.get("secretRef") or {}).get("name")
     if secret and local_path(url) is None:
-        found = await client.get(f"/api/v1/namespaces/{namespace}/secrets/{secret}")
-        data = {k: base64.b64decode(v) for k, v in (found.get("data") or {}).items()}
-        credentials = Credentials.from_secret_data(data)
+        try:
+            found = await client.get(f"/api/v1/namespaces/{namespace}/secrets/{secret}")
+        except ApiError as exc:  # a Secret you may not read: fetch without it
+            if exc.status not in (403, 404):
+                raise
+        else:
+            data = {k: base64.b64decode(v) for k, v in (found.get("data") or {}).items()}
+            credentials = Credentials.from_secret_data(data)
     branch = str(spec.get("branch") or "main")
     folder = str(spec.get("path") or "")
     source = fetch_remote(url, branch, folder, credentials)
