@@ -1,4 +1,5 @@
-"""`kubescribe run | crds | snapshot | version`.
+"""`kubescribe run | crds | snapshot | check | version`, and the history: `history | show |
+diff | blame | timeline | restore` (also as `kubectl scribe ...`).
 
 Each command imports what it uses when it runs: loading this module declares the commands and
 their flags only, so `kubescribe version` and `--help` answer without loading the operator.
@@ -23,6 +24,8 @@ from typing import Any, NoReturn
 import click
 
 from kubescribe import __version__
+from kubescribe.cli_history import COMMANDS as HISTORY_COMMANDS
+from kubescribe.cli_options import kubeconfig_options
 from kubescribe.defaults import (
     CA_VALIDITY,
     CERT_VALIDITY,
@@ -179,19 +182,6 @@ def _address(ctx: click.Context, param: click.Parameter, value: str) -> str:
     return value
 
 
-def _existing_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is None:
-        return value
-    path = Path(os.path.expanduser(value))
-    if not path.is_file():
-        why = "is a directory" if path.is_dir() else "does not exist"
-        raise click.BadParameter(
-            f"{value} {why}; give a kubeconfig file, or leave the flag out to use $KUBECONFIG "
-            "or ~/.kube/config"
-        )
-    return value
-
-
 def _age_recipients(
     ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
 ) -> tuple[str, ...]:
@@ -208,23 +198,6 @@ def _age_recipients(
                 "prints yours)"
             ) from None
     return value
-
-
-def _kubeconfig_options(command: Callable[..., None]) -> Callable[..., None]:
-    """--kubeconfig and --context, resolved as kubectl resolves them (`kube.config.resolve`)."""
-    command = click.option(
-        "--context",
-        default=None,
-        help="Kubeconfig context (default: the current-context).",
-    )(command)
-    return click.option(
-        "--kubeconfig",
-        default=None,
-        metavar="FILE",
-        callback=_existing_file,
-        help="Kubeconfig file. Default: $KUBECONFIG (a ':'-separated list, merged as kubectl "
-        "does), else ~/.kube/config, else the in-cluster service account.",
-    )(command)
 
 
 @main.command()
@@ -455,7 +428,7 @@ def _certificate_options(command: Callable[..., None]) -> Callable[..., None]:
 
 
 @main.command()
-@_kubeconfig_options
+@kubeconfig_options
 @click.option(
     "--cache-dir",
     type=click.Path(path_type=Path),
@@ -718,7 +691,7 @@ def run(
 
 
 @main.command()
-@_kubeconfig_options
+@kubeconfig_options
 @click.option(
     "--namespace",
     default=None,
@@ -772,7 +745,7 @@ def check(
 
 
 @main.command()
-@_kubeconfig_options
+@kubeconfig_options
 @click.option(
     "--repo",
     "repo_dir",
@@ -891,6 +864,11 @@ def snapshot(
         raise click.ClickException(f"{message}{more}")
 
 
+def kubectl_plugin() -> None:
+    """`kubectl scribe ...`: the same commands, found by kubectl as `kubectl-scribe` on PATH."""
+    main(prog_name="kubectl scribe")
+
+
 async def _reach_api_server(kubeconfig: str | None, context: str | None) -> None:
     """Read the kubeconfig and ask the API server its version once, so that a wrong kubeconfig,
     context, address or credential ends `run` at once with one line (exit code 1)."""
@@ -918,3 +896,7 @@ def _redis_options(url: str, ca_file: Path | None, key_prefix: str) -> RedisOpti
 
 if __name__ == "__main__":
     main()
+
+
+for _command in HISTORY_COMMANDS:
+    main.add_command(_command)

@@ -1,6 +1,7 @@
 """The README's first command: a local control plane whose audit webhook points at the
 operator, a local bare Git remote, the operator, a few resources applied and changed by two
-users, and the resulting `git log` (each change authored by whoever made it)."""
+users, the resulting `git log` (each change authored by whoever made it), and `kubescribe
+history` and `blame` of the ConfigMap both users changed."""
 
 from __future__ import annotations
 
@@ -95,6 +96,24 @@ def _streams_running(cp: ControlPlane) -> bool:
     return any(c["type"] == "StreamsRunning" and c["status"] == "True" for c in conditions)
 
 
+def _history(remote: BareRemote) -> None:
+    """`kubescribe history` and `blame` of the ConfigMap both users changed."""
+    from kubescribe.history.commands import blame_text, history_text  # noqa: PLC0415
+    from kubescribe.history.index import History  # noqa: PLC0415
+    from kubescribe.history.source import open_local  # noqa: PLC0415
+
+    source = open_local(remote.path, "main", "clusters/dev")
+    history = History(source.repo, source.tip, source.folder, None)
+    try:
+        where = f"--repo {remote.path} --path clusters/dev"
+        click.echo(f"$ kubescribe history configmap/app-settings -n {NS} {where}\n")
+        click.echo(history_text(history, "configmap/app-settings", NS, None, None, None, "table"))
+        click.echo(f"\n$ kubescribe blame configmap/app-settings -n {NS} {where}\n")
+        click.echo(blame_text(history, "configmap/app-settings", NS) + "\n")
+    finally:
+        history.close()
+
+
 @click.command()
 @click.option(
     "--keep",
@@ -166,6 +185,7 @@ def main(keep: Path) -> None:
             click.echo(remote.read(path))
             status = cp.kubectl("get", "gittargets,gitproviders,watchrules", "-n", NS).stdout
             click.echo(f"$ kubectl get gittargets,gitproviders,watchrules -n {NS}\n{status}")
+            _history(remote)
             click.echo(f"The remote stays at {remote.url} ; operator log: {operator.log_path}")
         finally:
             operator.stop()

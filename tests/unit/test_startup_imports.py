@@ -34,6 +34,8 @@ COMMAND_LINE = frozenset(
         "kubescribe",
         "kubescribe.__main__",
         "kubescribe.cli",
+        "kubescribe.cli_history",
+        "kubescribe.cli_options",
         "kubescribe.defaults",
         "kubescribe.store",
         "kubescribe.store.redis_options",

@@ -1,0 +1,39 @@
+"""Options the command line's modules share: where the kubeconfig is."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+
+def existing_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return value
+    path = Path(os.path.expanduser(value))
+    if not path.is_file():
+        why = "is a directory" if path.is_dir() else "does not exist"
+        raise click.BadParameter(
+            f"{value} {why}; give a kubeconfig file, or leave the flag out to use $KUBECONFIG "
+            "or ~/.kube/config"
+        )
+    return value
+
+
+def kubeconfig_options(command: Callable[..., None]) -> Callable[..., None]:
+    """--kubeconfig and --context, resolved as kubectl resolves them (`kube.config.resolve`)."""
+    command = click.option(
+        "--context",
+        default=None,
+        help="Kubeconfig context (default: the current-context).",
+    )(command)
+    return click.option(
+        "--kubeconfig",
+        default=None,
+        metavar="FILE",
+        callback=existing_file,
+        help="Kubeconfig file. Default: $KUBECONFIG (a ':'-separated list, merged as kubectl "
+        "does), else ~/.kube/config, else the in-cluster service account.",
+    )(command)
