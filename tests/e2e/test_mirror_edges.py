@@ -64,3 +64,47 @@ def test_the_operation_filter_commits_only_the_operations_it_names(
         f"CREATE ConfigMap {ns}/app",
     ]
     assert not [s for s in subjects if s.startswith("UPDATE")]
+
+
+def probes(op: Operator) -> float:
+    """Read probes of remotes so far (whatever their result)."""
+    lines = op.metrics().splitlines()
+    prefix = 'kubescribe_remote_probes_total{probe="read"'
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(prefix))
+
+
+def test_reconcile_at_probes_a_provider_and_lists_a_target_afresh(
+    crds: ControlPlane, namespace: str, remote: BareRemote, operator: Callable[..., Operator]
+) -> None:
+    cp, ns = crds, namespace
+    cp.kubectl("create", "configmap", "app", "-n", ns, "--from-literal=level=info")
+    op = operator()
+    setup_mirror(cp, ns, remote)
+    wait_for(lambda: cm_path(ns, "app") in remote.files(), what="the snapshot")
+    wait_ready(cp, ns)
+    # Someone edits the mirrored file by hand: nothing watched changed, so nothing rewrites it.
+    edited = remote.read(cm_path(ns, "app")).replace("level: info", "level: hand-edited")
+    remote.commit_foreign(cm_path(ns, "app"), edited, "Hand edit")
+    probed = wait_for(lambda: probes(op), what="the first probe")
+
+    cp.kubectl("annotate", "gitprovider", "git", "-n", ns, "kubescribe.io/reconcile-at=now-1")
+    wait_for(lambda: probes(op) > probed, what="a probe asked for by the annotation")
+    wait_for(
+        lambda: (
+            cp.get_json("gitprovider", "git", "-n", ns)["status"].get("lastHandledReconcileAt")
+            == "now-1"
+        ),
+        what="the provider's lastHandledReconcileAt",
+    )
+    assert remote.read(cm_path(ns, "app")) == edited
+
+    cp.kubectl("annotate", "gittarget", "mirror", "-n", ns, "kubescribe.io/reconcile-at=now-2")
+    wait_for(
+        lambda: (
+            cp.get_json("gittarget", "mirror", "-n", ns)["status"].get("lastHandledReconcileAt")
+            == "now-2"
+        ),
+        what="the target's lastHandledReconcileAt",
+    )
+    wait_for(lambda: "level: info" in remote.read(cm_path(ns, "app")), what="the file listed back")
+    assert remote.log()[0]["message"].startswith(f"Snapshot configmaps in {ns}: 0 added, 1 updated")

@@ -178,11 +178,11 @@ def test_maps_and_keyed_lists() -> None:
 
 
 def test_status_fields() -> None:
+    shared = {"observedGeneration", "conditions", "lastHandledReconcileAt"}
     for kind in CRDS:
-        assert {"observedGeneration", "conditions"} <= _at(kind, ".status")["properties"].keys()
+        assert shared <= _at(kind, ".status")["properties"].keys()
     assert set(_at("GitTarget", ".status")["properties"]) == {
-        "observedGeneration",
-        "conditions",
+        *shared,
         "lastCommit",
         "lastPushTime",
         "documents",
@@ -284,6 +284,7 @@ def test_commit_request_schema() -> None:
     assert set(_at("CommitRequest", ".status")["properties"]) == {
         "observedGeneration",
         "conditions",
+        "lastHandledReconcileAt",
         "branch",
         "sha",
         "changes",

@@ -185,3 +185,6 @@ class Status(ApiModel):
         description="Ready, Reconciling and Stalled (kstatus) plus domain conditions.",
         json_schema_extra=list_map("type"),
     )
+    last_handled_reconcile_at: str | None = Field(
+        None, description="The last `kubescribe.io/reconcile-at` value the operator acted on."
+    )

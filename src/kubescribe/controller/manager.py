@@ -18,6 +18,7 @@ import structlog
 from kubescribe import metrics
 from kubescribe.api import conditions as c
 from kubescribe.api import events as ev
+from kubescribe.controller.caches import ChangeTrigger, ObjectCache
 from kubescribe.controller.clusters import ClusterProviders
 from kubescribe.controller.commitrequests import CommitRequests, TargetAccess
 from kubescribe.controller.cursors import CursorKeeper
@@ -32,6 +33,7 @@ from kubescribe.controller.object_status import (
 )
 from kubescribe.controller.plan import Failure, Plan, RulePlan, TargetPlan, WorkerKey
 from kubescribe.controller.providers import Providers
+from kubescribe.controller.reconcile_requests import ReconcileRequests
 from kubescribe.controller.shards import Shards
 from kubescribe.controller.status import (
     Cond,
@@ -48,7 +50,7 @@ from kubescribe.git.targets import Committer, KustomizeConfig, TargetConfig
 from kubescribe.git.worker import BranchWorker
 from kubescribe.kube.client import ApiError, KubeClient
 from kubescribe.kube.discovery import Discovered, discover
-from kubescribe.kube.informer import Informer, ObjectKey, as_is
+from kubescribe.kube.informer import Informer, as_is
 from kubescribe.mirror.authors import AttributionMode, AuthorResolver
 from kubescribe.mirror.changes import Cursor, TargetKey
 from kubescribe.mirror.identity import ResourceType
@@ -85,8 +87,7 @@ DISCOVERY_TRIGGERS = (
 
 @dataclass(frozen=True)
 class Settings:
-    """What the operator is configured with (the `kubescribe run` flags), built once by the
-    composition root (`kubescribe.app`), which builds every collaborator from it."""
+    """The `kubescribe run` flags, built once by `kubescribe.app` (collaborators: wiring)."""
 
     cache_dir: Path
     discovery_grace: float = 60.0
@@ -127,31 +128,7 @@ class Parts:
     webhook: ChangeWebhook | None = None  # the change webhook's registration
     tenant_reads: TenantReadReviews | None = None  # --tenant-service-account
     resolver: AuthorResolver | None = None  # audit attribution (attributed-author)
-
-
-class _Cache:
-    """An informer sink that keeps the current objects and pokes the reconcile loop."""
-
-    def __init__(self, poke: asyncio.Event) -> None:
-        self.objects: dict[ObjectKey, dict[str, Any]] = {}
-        self.poke = poke
-        self.synced = False  # a first snapshot arrived
-
-    async def on_snapshot(
-        self, objects: Mapping[ObjectKey, dict[str, Any]], deleted: set[ObjectKey], rv: str
-    ) -> None:
-        self.objects = dict(objects)
-        self.synced = True
-        self.poke.set()
-
-    async def on_event(self, event_type: str, obj: dict[str, Any], rv: str) -> None:
-        meta = obj["metadata"]
-        key = (meta.get("namespace") or "", meta["name"])
-        if event_type == "DELETED":
-            self.objects.pop(key, None)
-        else:
-            self.objects[key] = obj
-        self.poke.set()
+    reconciles: ReconcileRequests = field(default_factory=ReconcileRequests)
 
 
 @dataclass
@@ -172,8 +149,8 @@ class Manager:
     plan: Plan = field(default_factory=Plan)
 
     def __post_init__(self) -> None:
-        self._caches = {kind: _Cache(self.parts.poke) for kind in OWN_TYPES}
-        self._namespaces = _Cache(self.parts.poke)
+        self._caches = {kind: ObjectCache(self.parts.poke) for kind in OWN_TYPES}
+        self._namespaces = ObjectCache(self.parts.poke)
         self._discovery_poke = asyncio.Event()
         self._discovered: dict[tuple[str, str, str], tuple[Discovered, float]] = {}
         self._streams: dict[str, _Running] = {}
@@ -202,7 +179,7 @@ class Manager:
             # namespaced types from the namespaces they select.
             own.append(Informer(self.client, NAMESPACES, self._namespaces, prepare=as_is))
             triggers = [
-                Informer(self.client, rtype, _Trigger(self._discovery_poke), prepare=as_is)
+                Informer(self.client, rtype, ChangeTrigger(self._discovery_poke), prepare=as_is)
                 for rtype in DISCOVERY_TRIGGERS
             ]
             self._tasks = [asyncio.create_task(i.run()) for i in own + triggers]
@@ -324,17 +301,24 @@ class Manager:
         self.plan = plan
         self._report_plan_failures()
         self.parts.clusters.sync(self.plan.clusters)
+        caches = self._caches
+        asked = self.parts.reconciles.take(
+            caches["GitProvider"].objects, caches["GitTarget"].objects, self.parts.providers.reprobe
+        )
         await self.parts.providers.sync(self.plan.providers)
         self.parts.providers.gate(self.plan)  # no credentials or signing key: the targets wait
         await self.parts.encryption.refresh(self.plan)
         self._apply_workers()
-        for (
-            key
-        ) in self.parts.encryption.take_resyncs():  # re-list: refused documents can be written
+        for target in (t for t in asked if t in self.plan.targets):  # against the remote's tip
+            if (worker := self._workers.get(self.plan.targets[target].worker_key)) is not None:
+                worker.refetch()
+        relists = [s.key for target in asked for s in self.plan.streams_of(target)]
+        # re-list: refused documents can be written; a reconcile-at request asks for it
+        for key in [*self.parts.encryption.take_resyncs(), *relists]:
             if (running := self._streams.pop(key, None)) is not None:
                 running.task.cancel()
                 self.parts.cursors.drop(key)
-                self._relist.add(key)  # a saved cursor would skip what was refused
+                self._relist.add(key)  # a saved cursor would skip what was listed before
         await self._apply_streams()
         owned = frozenset(self._workers)
         if owned != self._owned:
@@ -422,8 +406,7 @@ class Manager:
             )
 
     def _retire_workers(self, by_worker: Mapping[WorkerKey, list[TargetPlan]]) -> None:
-        """Stop the workers of branches no longer written here: hand over, abandon (Lease
-        lost) or write out (no target left)."""
+        """Stop the writers of branches not written here: hand over, abandon, or write out."""
         shards = self.parts.shards
         for key, worker in list(self._workers.items()):
             handover = shards is not None and shards.handing_over(key)
@@ -677,6 +660,7 @@ class Manager:
             if p is None or not self._speaks_for(f"GitProvider/{key[0]}/{key[1]}"):
                 continue
             conds, extra = self.parts.providers.status(p)
+            extra |= self.parts.reconciles.status("GitProvider", key)
             await self.parts.status.write(obj, "gitproviders", conds, extra)
         for (_, name), obj in list(caches["ClusterProvider"].objects.items()):
             cluster = plan.clusters.get(name)
@@ -688,6 +672,7 @@ class Manager:
             t = plan.targets.get(TargetKey(ns, name))
             if t is not None and self._writes_status_of(t):
                 conds, extra = self._target_status(t)
+                extra |= self.parts.reconciles.status("GitTarget", (ns, name))
                 ready = next(x for x in conds if x.type == c.READY)
                 readiness[str(t.key)] = f"{ready.status}/{ready.reason}"
                 await self.parts.status.write(obj, "gittargets", conds, extra)
@@ -788,8 +773,7 @@ class Manager:
 
 
 def streams_condition(streams: list[_Running]) -> Cond:
-    """`StreamsRunning` of a set of streams: WatchForbidden (naming the types) when the
-    operator may not list/watch some; otherwise how many have their initial snapshot."""
+    """`StreamsRunning` of streams: WatchForbidden (naming types), else how many are synced."""
     forbidden = [r for r in streams if r.informer.forbidden]
     if forbidden:
         return _watch_forbidden(forbidden)
@@ -829,21 +813,3 @@ async def _all(awaitables: list[Coroutine[Any, Any, Any]]) -> None:
 
 async def _stop(worker: BranchWorker) -> None:
     await worker.stop(timeout=20)
-
-
-class _Trigger:
-    """A sink that only signals: discovery must be refreshed."""
-
-    def __init__(self, poke: asyncio.Event) -> None:
-        self.poke = poke
-        self._synced = False
-
-    async def on_snapshot(
-        self, objects: Mapping[ObjectKey, dict[str, Any]], deleted: set[ObjectKey], rv: str
-    ) -> None:
-        if self._synced:
-            self.poke.set()
-        self._synced = True
-
-    async def on_event(self, event_type: str, obj: dict[str, Any], rv: str) -> None:
-        self.poke.set()

@@ -152,6 +152,13 @@ class Providers:
                 self._start_probe(state)
         self._write_known_hosts()
 
+    def reprobe(self, key: ObjKey) -> None:
+        """Read the provider's Secrets again and probe the remote at the next `sync`."""
+        state = self._states.get(key)
+        if state is not None:
+            state.read_at = -math.inf
+            state.probe_due = True
+
     def gate(self, plan: Plan) -> None:
         """Hold back the GitTargets of providers that must not be written with: no readable
         credentials, a refused URL, or signing configured without a key."""

@@ -226,6 +226,11 @@ class BranchWorker:
         failed by a timeout: a failing push is retried."""
         return self._intake.fire(handle, message, author)
 
+    def refetch(self) -> None:
+        """Fetch the remote's tip before the next write (a foreign push may have moved it:
+        a re-list asked for then compares with what the remote holds now)."""
+        self._writer.tip_known = False
+
     def release(self, handle: RequestHandle) -> None:
         """Stop holding (before `fire`): the window closes by its own rules again."""
         self._intake.release(handle)
