@@ -108,3 +108,33 @@ def test_reconcile_at_probes_a_provider_and_lists_a_target_afresh(
     )
     wait_for(lambda: "level: info" in remote.read(cm_path(ns, "app")), what="the file listed back")
     assert remote.log()[0]["message"].startswith(f"Snapshot configmaps in {ns}: 0 added, 1 updated")
+
+
+def test_widening_prune_to_always_sweeps_the_orphans_at_once(
+    crds: ControlPlane, namespace: str, remote: BareRemote, operator: Callable[..., Operator]
+) -> None:
+    cp, ns = crds, namespace
+    cp.kubectl("create", "configmap", "app", "-n", ns, "--from-literal=level=info")
+    operator()
+    setup_mirror(cp, ns, remote, prune={"mode": "OnEvent"})
+    wait_for(lambda: cm_path(ns, "app") in remote.files(), what="the snapshot")
+    wait_ready(cp, ns)
+    # An orphan: the document of an object that does not exist, pushed by someone else.
+    ghost = remote.read(cm_path(ns, "app")).replace("name: app", "name: ghost")
+    remote.commit_foreign(cm_path(ns, "ghost"), ghost, "A stale document")
+    cp.kubectl("annotate", "gittarget", "mirror", "-n", ns, "kubescribe.io/reconcile-at=1")
+
+    def retained() -> int:
+        status = cp.get_json("gittarget", "mirror", "-n", ns).get("status") or {}
+        return int(status.get("retainedDocuments") or 0)
+
+    wait_for(lambda: retained() == 1, what="the orphan retained under OnEvent")
+    assert cm_path(ns, "ghost") in remote.files()
+    cp.kubectl("patch", "gittarget", "mirror", "-n", ns, "--type=merge",
+               "-p", '{"spec":{"prune":{"mode":"Always"}}}')  # fmt: skip
+    wait_for(lambda: cm_path(ns, "ghost") not in remote.files(), what="the orphan swept")
+    assert remote.log()[0]["message"].startswith(
+        f"Snapshot configmaps in {ns}: 0 added, 0 updated, 1 removed"
+    )
+    assert cm_path(ns, "app") in remote.files()
+    wait_for(lambda: retained() == 0, what="nothing retained")

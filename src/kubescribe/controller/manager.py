@@ -52,7 +52,7 @@ from kubescribe.kube.client import ApiError, KubeClient
 from kubescribe.kube.discovery import Discovered, discover
 from kubescribe.kube.informer import Informer, as_is
 from kubescribe.mirror.authors import AttributionMode, AuthorResolver
-from kubescribe.mirror.changes import Cursor, TargetKey
+from kubescribe.mirror.changes import Cursor, PruneMode, TargetKey
 from kubescribe.mirror.identity import ResourceType
 from kubescribe.mirror.layout import LOCAL_CLUSTER
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY, NoisePolicy
@@ -139,6 +139,7 @@ class _Running:
     noise: NoisePolicy | None = None  # the target's policy it was started with
     admitted: tuple[frozenset[str], ...] | None = None  # namespaces it admits (see StreamSpec)
     content: Content = FULL  # the target's content mode it was started with
+    prune: PruneMode | None = None  # the target's prune mode it was started with
 
 
 @dataclass
@@ -564,6 +565,7 @@ class Manager:
                 running.noise != planned.noise
                 or running.content != planned.content
                 or running.admitted != admitted.get(key)
+                or running.prune != planned.prune  # a wider mode sweeps orphans at once
             )
             if (
                 wanted.get(key) != spec
@@ -612,13 +614,9 @@ class Manager:
                 on_access=self.parts.poke.set,
                 on_stale=sink.on_stale,
             )
+            task = asyncio.create_task(informer.run())
             self._streams[key] = _Running(
-                spec,
-                informer,
-                asyncio.create_task(informer.run()),
-                target.noise,
-                admitted[key],
-                target.content,
+                spec, informer, task, target.noise, admitted[key], target.content, target.prune
             )
         metrics.STREAMS.set(len(self._streams))
 
