@@ -71,6 +71,22 @@ def setup(
     )
 
 
+def encrypting(
+    cp: ControlPlane,
+    ns: str,
+    remote: BareRemote,
+    operator: Callable[..., Operator],
+    identity: str,
+    *secrets: dict[str, Any],
+) -> Operator:
+    """`secrets` and the operator's age key Secret `age-key` (holding `identity`) applied, the
+    operator started, and a target that mirrors Secrets encrypted with that key."""
+    cp.apply(manifest(key_secret("age-key", ns, identity), *secrets))
+    op = operator()
+    setup(cp, ns, remote, SECRET_RULE, encryption={"ageKeySecretRef": {"name": "age-key"}})
+    return op
+
+
 def sops_decrypt(data: str, identity: str, workdir: Path) -> dict[str, Any]:
     """Decrypt with the real sops binary, as a person holding `identity` would."""
     assert SOPS is not None, "sops binary not found next to python"
@@ -271,15 +287,10 @@ def test_adding_a_recipient_reencrypts_existing_documents(
     cp, ns = crds, namespace
     alice, alice_recipient = generate_identity()
     bob, bob_recipient = generate_identity()
-    cp.apply(
-        manifest(
-            key_secret("age-key", ns, alice),
-            string_secret("one", ns, token=CANARY),
-            string_secret("two", ns, token=CANARY_2),
-        )
-    )
-    op = operator()
-    setup(cp, ns, remote, SECRET_RULE, encryption={"ageKeySecretRef": {"name": "age-key"}})
+    op = encrypting(
+        cp, ns, remote, operator, alice,
+        string_secret("one", ns, token=CANARY), string_secret("two", ns, token=CANARY_2),
+    )  # fmt: skip
     paths = [secret_path(ns, n) for n in ("one", "two", "age-key")]
     wait_for(lambda: set(paths) <= set(remote.files()), what="encrypted Secrets")
     wait_condition(cp, "gittarget", "mirror", ns, "Ready", "True", "Ready")
@@ -366,11 +377,7 @@ def test_a_planted_file_never_chooses_the_data_key(
 ) -> None:
     cp, ns = crds, namespace
     identity, recipient = generate_identity()
-    cp.apply(
-        manifest(key_secret("age-key", ns, identity), string_secret("db", ns, password=CANARY))
-    )
-    op = operator()
-    setup(cp, ns, remote, SECRET_RULE, encryption={"ageKeySecretRef": {"name": "age-key"}})
+    op = encrypting(cp, ns, remote, operator, identity, string_secret("db", ns, password=CANARY))
     path = secret_path(ns, "db")
     wait_for(lambda: path in remote.files(), what="encrypted Secret")
 
@@ -496,15 +503,10 @@ def test_secrets_db_and_db_sops_each_get_a_file_of_their_own(
     Git. The dot of a trailing `.sops` is escaped in file names."""
     cp, ns = crds, namespace
     identity, _ = generate_identity()
-    cp.apply(
-        manifest(
-            key_secret("age-key", ns, identity),
-            string_secret("db", ns, password=CANARY),
-            string_secret("db.sops", ns, password=CANARY_2),
-        )
-    )
-    op = operator()
-    setup(cp, ns, remote, SECRET_RULE, encryption={"ageKeySecretRef": {"name": "age-key"}})
+    op = encrypting(
+        cp, ns, remote, operator, identity,
+        string_secret("db", ns, password=CANARY), string_secret("db.sops", ns, password=CANARY_2),
+    )  # fmt: skip
     paths = {"db": secret_path(ns, "db"), "db.sops": secret_path(ns, "db%2Esops")}
     wait_for(lambda: set(paths.values()) <= set(remote.files()), what="both encrypted Secrets")
     for name, path in paths.items():
