@@ -235,16 +235,15 @@ class Manager:
         self._streams.clear()
         for task in watching:
             task.cancel()
-        if watching:  # the Lease loop must be over before its Leases are released
-            await asyncio.wait(watching, timeout=max(0.1, deadline - reserve - time.monotonic()))
         workers = list(self._workers.values())
         self._workers.clear()
         flush_by = deadline - reserve
+        # Writers stop taking items now, while the streams wind down (what they refuse is replayed)
         stops = [w.stop(timeout=max(0.0, flush_by - time.monotonic())) for w in workers]
-        flushed = await within(
-            asyncio.gather(*stops, *handovers, return_exceptions=True),
-            flush_by - time.monotonic(),
-        )
+        gathered = asyncio.gather(*stops, *handovers, return_exceptions=True)
+        flushed = await within(gathered, flush_by - time.monotonic())
+        if watching:  # the Lease loop must be over before its Leases are released
+            await asyncio.wait(watching, timeout=max(0.1, deadline - reserve - time.monotonic()))
         saved = await self.parts.cursors.flush(
             timeout=max(0.1, deadline - reserve / 2 - time.monotonic())
         )
