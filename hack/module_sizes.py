@@ -20,7 +20,6 @@ CEILINGS = {
     "src/kubescribe/controller/manager.py": 812,
     "src/kubescribe_devenv/cluster.py": 843,
     "src/kubescribe/controller/desired.py": 639,
-    "src/kubescribe/api/models.py": 990,  # the specs and statuses of the CRDs as pydantic models
 }
 
 
@@ -35,7 +34,9 @@ def problems(root: Path) -> tuple[list[str], list[str]]:
             why = f"its ceiling is {ceiling}" if name in CEILINGS else f"the limit is {LIMIT}"
             failed.append(f"{name}: {lines} lines, {why}: split it")
         elif name in CEILINGS and lines < ceiling:
-            lower.append(f"{name}: {lines} lines, ceiling {ceiling} (lower it in hack/module_sizes.py)")
+            lower.append(
+                f"{name}: {lines} lines, ceiling {ceiling} (lower it in hack/module_sizes.py)"
+            )
     return failed, lower
 
 

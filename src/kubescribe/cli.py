@@ -804,7 +804,7 @@ def snapshot(
     import asyncio  # noqa: PLC0415
 
     from kubescribe import logs  # noqa: PLC0415
-    from kubescribe.api.models import CONTROLLER_MANAGERS  # noqa: PLC0415
+    from kubescribe.api.gittarget import CONTROLLER_MANAGERS  # noqa: PLC0415
     from kubescribe.controller.snapshot import (  # noqa: PLC0415
         Exported,
         Selection,

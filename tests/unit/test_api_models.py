@@ -8,12 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from kubescribe.api import conditions as c
-from kubescribe.api.models import (
-    GitProviderSpec,
-    GitTargetSpec,
-    ResourceRule,
-    WatchRuleSpec,
-)
+from kubescribe.api.gittarget import GitTargetSpec
+from kubescribe.api.models import GitProviderSpec, ResourceRule, WatchRuleSpec
 from kubescribe.api.objects import ClusterWatchRule, GitProvider, GitTarget
 from kubescribe.api.schema import LocalObjectReference
 

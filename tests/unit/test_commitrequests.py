@@ -6,10 +6,8 @@ from typing import Any
 
 import pytest
 
-from kubescribe.api.models import (
-    GitProviderSpec,
-    GitTargetSpec,
-)
+from kubescribe.api.gittarget import GitTargetSpec
+from kubescribe.api.models import GitProviderSpec
 from kubescribe.api.schema import LocalObjectReference
 from kubescribe.controller.plan import Problem, ProviderPlan, TargetPlan
 from kubescribe.controller.request_status import (

@@ -21,7 +21,7 @@ import yaml
 from cryptography.exceptions import InvalidTag
 
 from kubescribe.api.conditions import ENCRYPTION_FAILED, ENCRYPTION_MISSING
-from kubescribe.api.models import SensitiveType
+from kubescribe.api.gittarget import SensitiveType
 from kubescribe.controller.encryption import (
     Resolution,
     SopsRenderer,

@@ -8,6 +8,7 @@ from typing import ClassVar, Final, Literal
 
 from pydantic import Field
 
+from kubescribe.api.gittarget import GitTargetSpec, GitTargetStatus
 from kubescribe.api.models import (
     API_VERSION,
     ClusterProviderSpec,
@@ -17,8 +18,6 @@ from kubescribe.api.models import (
     CommitRequestStatus,
     GitProviderSpec,
     GitProviderStatus,
-    GitTargetSpec,
-    GitTargetStatus,
     WatchRuleSpec,
     WatchRuleStatus,
 )

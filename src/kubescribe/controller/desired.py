@@ -19,12 +19,12 @@ from typing import Any, NamedTuple, TypeVar
 from pydantic import ValidationError
 
 from kubescribe.api import conditions as c
+from kubescribe.api.gittarget import GitTargetSpec
 from kubescribe.api.models import (
     ClusterProviderSpec,
     ClusterResourceRule,
     ClusterWatchRuleSpec,
     GitProviderSpec,
-    GitTargetSpec,
     WatchRuleSpec,
 )
 from kubescribe.controller.plan import (

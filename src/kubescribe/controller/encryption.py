@@ -40,7 +40,7 @@ from typing import Any
 import structlog
 
 from kubescribe.api import conditions as c
-from kubescribe.api.models import EncryptionSpec, GitTargetSpec
+from kubescribe.api.gittarget import EncryptionSpec, GitTargetSpec
 from kubescribe.controller.keysecrets import SecretUnavailable, read_object, write_generated
 from kubescribe.controller.ownership import created_by_kubescribe, not_ours_message
 from kubescribe.controller.plan import Plan, TargetPlan

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from kubescribe.api import conditions as c
-from kubescribe.api.models import ClusterProviderSpec, GitProviderSpec, GitTargetSpec
+from kubescribe.api.gittarget import GitTargetSpec
+from kubescribe.api.models import ClusterProviderSpec, GitProviderSpec
 from kubescribe.controller.streams import StreamSpec
 from kubescribe.mirror.changes import PruneMode, TargetKey
 from kubescribe.mirror.ignore import NO_IGNORE, IgnoreRule

@@ -170,7 +170,7 @@ def _live(where: Where, identity: Identity, api_version: str) -> tuple[str, dict
 
 
 def _content(source: Source) -> Any:
-    from kubescribe.api.models import CONTROLLER_MANAGERS  # noqa: PLC0415
+    from kubescribe.api.gittarget import CONTROLLER_MANAGERS  # noqa: PLC0415
     from kubescribe.mirror.owned import Content  # noqa: PLC0415
 
     spec = source.content or {}

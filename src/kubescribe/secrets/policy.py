@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kubescribe.api.models import SensitiveType
+from kubescribe.api.gittarget import SensitiveType
 from kubescribe.mirror.identity import CORE_GROUP
 from kubescribe.mirror.layout import ENCRYPTED_SUFFIX
 from kubescribe.mirror.yamlfmt import dump_yaml
