@@ -101,8 +101,13 @@ class Stopper:
     def _watch(self) -> None:
         if self._stopped.wait(self.timeout + self.margin):
             return  # the operator stopped: `end` exits
-        log.error("operator.stop_overran", timeout=self.timeout, threads=_live_threads())
         loop, release = self._loop, self._release
+        log.error(
+            "operator.stop_overran",
+            timeout=self.timeout,
+            threads=_live_threads(),
+            tasks=_pending_tasks(loop),
+        )
         if loop is not None and release is not None and loop.is_running():
             future = asyncio.run_coroutine_threadsafe(release(1.0), loop)
             try:
@@ -111,6 +116,34 @@ class Stopper:
                 log.error("operator.leases_left_to_expire")
         _flush_streams()
         self._exit(EXIT_OVERRAN)
+
+
+def _pending_tasks(loop: asyncio.AbstractEventLoop | None) -> list[str]:
+    """Where each task of the event loop waits (innermost frame last), read on the loop: what
+    held the stop up, for the log of an overrun. Empty when the loop does not answer."""
+    if loop is None or not loop.is_running():
+        return []
+
+    async def stacks() -> list[str]:
+        here = asyncio.current_task()
+        return sorted(_where(task) for task in asyncio.all_tasks() if task is not here)
+
+    try:
+        return asyncio.run_coroutine_threadsafe(stacks(), loop).result(0.5)
+    except (FutureTimeout, Exception):  # a stuck loop: the threads say the rest
+        return []
+
+
+def _where(task: asyncio.Task[Any]) -> str:
+    """The task's chain of awaits, outermost first (`get_stack` gives only the outermost)."""
+    frames: list[str] = []
+    step: Any = task.get_coro()
+    while step is not None and len(frames) < 16:
+        frame = getattr(step, "cr_frame", None) or getattr(step, "gi_frame", None)
+        if frame is not None:
+            frames.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
+        step = getattr(step, "cr_await", None) or getattr(step, "gi_yieldfrom", None)
+    return f"{task.get_name()}: {' > '.join(frames)}"
 
 
 def _live_threads() -> list[str]:

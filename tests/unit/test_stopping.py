@@ -8,6 +8,7 @@ import signal
 import threading
 
 import pytest
+from structlog.testing import capture_logs
 
 from kubescribe.stopping import EXIT_OVERRAN, Stopper
 
@@ -79,11 +80,16 @@ async def test_an_overrun_releases_the_leases_then_exits() -> None:
     stopper.release_leases_with(release)
     run = asyncio.create_task(stopper.run(deaf()))
     await asyncio.sleep(0.05)
-    stopper.signalled(signal.SIGTERM)
-    loop = asyncio.get_running_loop()
-    assert await loop.run_in_executor(None, exits.called.wait, 10)
+    with capture_logs() as logs:
+        stopper.signalled(signal.SIGTERM)
+        loop = asyncio.get_running_loop()
+        assert await loop.run_in_executor(None, exits.called.wait, 10)
     assert exits.codes == [EXIT_OVERRAN]
     assert released == [1.0]
+    # The log names where the stop is held up: the deaf step, in its second sleep.
+    (overran,) = [e for e in logs if e["event"] == "operator.stop_overran"]
+    chains = [where.split(": ", 1)[1] for where in overran["tasks"]]
+    assert any(chain.startswith("deaf:") and "> sleep:" in chain for chain in chains), chains
     run.cancel()
 
 
