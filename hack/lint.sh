@@ -13,7 +13,7 @@ step shellcheck shellcheck -x hack/*.sh .ci/run
 step hadolint uv run --frozen hadolint Dockerfile
 step yamllint yamllint -s charts/kubescribe/Chart.yaml charts/kubescribe/values.yaml \
   charts/kubescribe/files tests/promtool .yamllint
-helm="$(find "${XDG_CACHE_HOME:-$HOME/.cache}/kubescribe/cluster" -path '*/bin/helm' -type f 2>/dev/null | head -1 || true)"
+helm="$(find "${KUBESCRIBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubescribe}/cluster" -path '*/bin/helm' -type f 2>/dev/null | head -1 || true)"
 if [ -n "$helm" ]; then
   step helm "$helm" lint --quiet --strict charts/kubescribe --set admission.enabled=true --set audit.enabled=true
 else
