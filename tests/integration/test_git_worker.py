@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -443,6 +444,25 @@ async def test_stop_during_an_outage_gives_up_in_time(
     # One attempt right away, then the usual backoff: no busy loop until the deadline.
     assert sum(not r.ok for r in h.reports) <= 4
     assert not h.acks[1:]  # "b" was never acknowledged
+
+
+async def test_a_stop_given_up_by_its_caller_still_stops_the_writer(
+    remote: BareRemote, make: Callable[..., WorkerHarness]
+) -> None:
+    """A shutdown past its own bound cancels the writers' stops: a writer left running would
+    go on taking and pushing items after the Leases are gone (a replica overran its stop so)."""
+    h = make()
+    await h.settle(upsert("a"))
+    remote.path.rename(remote.path.with_name("away.git"))
+    h.worker.submit(upsert("b"))
+    await until(lambda: any(not r.ok for r in h.reports), "a failure report")
+    stopping = asyncio.create_task(h.worker.stop(timeout=60))
+    await asyncio.sleep(0)  # one step: the stop is under way, waiting for the writer
+    stopping.cancel()
+    await asyncio.wait({stopping})
+    await until(lambda: not h.worker.running, "the writer's task ended")
+    remote.path.with_name("away.git").rename(remote.path)
+    assert not h.acks[1:]  # "b" was never acknowledged: the next owner replays it
 
 
 def test_local_push_never_overwrites_a_foreign_commit(tmp_path: Path, remote: BareRemote) -> None:

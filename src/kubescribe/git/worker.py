@@ -259,11 +259,29 @@ class BranchWorker:
         self._wake.set()
         self._retry_now.set()
         flushed = self.pending == 0
-        if self._task is not None and not self._task.done():
-            flushed = await within(asyncio.shield(self._task), timeout)
-            if not flushed:
-                self._task.cancel()
-                await asyncio.wait({self._task})  # not `await task`: keep our own cancellation
+        task = self._task
+        try:
+            if task is not None and not task.done():
+                flushed = await within(asyncio.shield(task), timeout)
+        except BaseException:
+            # The caller gave up on this stop (a shutdown past its own bound): the writer must
+            # not outlive it, still taking and pushing items.
+            if task is not None:
+                task.cancel()
+            self._close()
+            raise
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task})  # not `await task`: keep our own cancellation
+        self._close()
+        return flushed
+
+    @property
+    def running(self) -> bool:
+        """The writer's task has started and not ended."""
+        return self._task is not None and not self._task.done()
+
+    def _close(self) -> None:
         for item in [*self._unpushed, *self._queue]:  # requests this worker can no longer end
             if isinstance(item, Group) and item.request is not None:
                 item.request.finish(
@@ -274,7 +292,6 @@ class BranchWorker:
             self._executor.shutdown(wait=False)
             self._executor = None
         self._forget_series()
-        return flushed
 
     def _forget_series(self) -> None:
         """Remove this worker's series: another replica (or worker) reports these targets now,
