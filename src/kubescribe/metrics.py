@@ -99,6 +99,11 @@ BACKLOG_LOOKUPS = Counter(
     registry=REGISTRY,
 )
 STREAMS = Gauge("kubescribe_watch_streams", "Watch streams running.", registry=REGISTRY)
+DISCOVERY_MISSING = Gauge(
+    "kubescribe_discovery_missing_types",
+    "Served types missing from discovery, still within the discovery grace.",
+    registry=REGISTRY,
+)
 COMMITS = Counter(
     "kubescribe_commits_total",
     "Commits created, by kind (change, snapshot).",
