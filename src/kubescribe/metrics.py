@@ -185,6 +185,12 @@ DOCUMENTS = Gauge(
     ["target"],
     registry=REGISTRY,
 )
+BASE_DESCENDS = Gauge(
+    "kubescribe_write_branch_descends_from_base",
+    "1 while a write branch descends from its base branch (as last fetched), else 0.",
+    ["writer", "base"],
+    registry=REGISTRY,
+)
 RETAINED = Gauge(
     "kubescribe_target_retained_documents",
     "Documents kept by the prune mode although gone from the cluster.",
