@@ -162,7 +162,7 @@ class Writer:
         costs the observation, never the write."""
         repo = self.open()
         try:
-            branch = name or repo.default_branch()
+            branch = name or repo.advertised_default_branch()
             if branch is None:
                 return
             base = tip
