@@ -12,7 +12,7 @@ from tests.support import WorkerHarness
 
 
 def rejected() -> float:
-    return metrics.PUSHES.labels("rejected")._value.get()
+    return float(metrics.PUSHES.labels("rejected")._value.get())
 
 
 async def test_a_moved_remote_costs_one_rebuild_with_the_default_branch_observed(
