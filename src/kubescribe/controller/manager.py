@@ -631,6 +631,8 @@ class Manager:
 
     def _on_report(self, report: WriteReport) -> None:
         previous = self._reports.get(report.target)
+        if previous is not None and previous.held and not report.held:
+            self.parts.reconciles.again(report.target)  # list afresh what was held
         if report.commit and (previous is None or previous.commit != report.commit):
             log.info("target.pushed", target=str(report.target), commit=report.commit)
         self._reports[report.target] = report

@@ -121,7 +121,10 @@ def _report_conditions(
         domain = [Cond(c.PUSHED, "True", c.PUSHED, report.message or "Up to date")]
     else:
         domain = [Cond(c.PUSHED, "False", report.reason, report.message)]
-    domain.append(documents_condition(report.failing))
+    if report.held:
+        domain.append(Cond(c.DOCUMENTS_WRITTEN, "False", c.KUSTOMIZATION_MISSING, report.held))
+    else:
+        domain.append(documents_condition(report.failing))
     if report.kustomization is not None:
         domain.append(
             render_condition(report.kustomization, report.failing, facts.render_check_unavailable)

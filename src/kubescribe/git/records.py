@@ -176,3 +176,4 @@ class WriteReport:
     kustomization: str | None = None
     notices: tuple[Notice, ...] = ()
     base: BaseObservation | None = None  # the base branch, once the write branch exists
+    held: str = ""  # why nothing of the target was written (its kustomize root is gone)

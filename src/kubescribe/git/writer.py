@@ -292,6 +292,8 @@ class Writer:
             for item in batch:
                 build.apply(item)
             build.render_check(batch)
+            if build.kmissing:
+                self.tip_known = False  # a held target: fetch again, to see its root back
             if build.head == start:
                 self._discard()  # blobs of documents that did not change
                 build.commit_state()
