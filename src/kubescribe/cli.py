@@ -25,7 +25,7 @@ import click
 
 from kubescribe import __version__
 from kubescribe.cli_history import COMMANDS as HISTORY_COMMANDS
-from kubescribe.cli_options import kubeconfig_options
+from kubescribe.cli_options import discovery_grace_option, kubeconfig_options
 from kubescribe.defaults import (
     CA_VALIDITY,
     CERT_VALIDITY,
@@ -543,6 +543,7 @@ def _certificate_options(command: Callable[..., None]) -> Callable[..., None]:
     "garbage collector deletes it with the ClusterRole (the chart: its own, on helm "
     "uninstall). '' = no owner.",
 )
+@discovery_grace_option
 @_attribution_options
 @_certificate_options
 def run(
@@ -555,6 +556,7 @@ def run(
     allow_file_urls: bool,
     deny_private_networks: bool,
     probe_interval: float,
+    discovery_grace: float,
     no_cross_namespace_sources: bool,
     tenant_service_account: str,
     allow_insecure_cluster_tls: bool,
@@ -622,11 +624,7 @@ def run(
     import structlog  # noqa: PLC0415
 
     from kubescribe import logs  # noqa: PLC0415
-    from kubescribe.app import (  # noqa: PLC0415
-        Sharing,
-        managed_certificates,
-        run_operator,
-    )
+    from kubescribe.app import Sharing, managed_certificates, run_operator  # noqa: PLC0415
     from kubescribe.git.repo import limit_libgit2_memory  # noqa: PLC0415
     from kubescribe.git.sandbox import confine_libgit2, network_isolation  # noqa: PLC0415
     from kubescribe.net.addresses import NetworkPolicy, set_network_policy  # noqa: PLC0415
@@ -675,6 +673,7 @@ def run(
         metrics_addr,
         allow_file_urls=allow_file_urls,
         probe_interval=probe_interval,
+        discovery_grace=discovery_grace,
         cross_namespace_sources=not no_cross_namespace_sources,
         tenant_service_account=tenant_service_account,
         allow_insecure_cluster_tls=allow_insecure_cluster_tls,

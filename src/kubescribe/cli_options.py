@@ -1,4 +1,5 @@
-"""Options the command line's modules share: where the kubeconfig is."""
+"""Options the command line's modules share: where the kubeconfig is; how long a type may be
+missing from discovery."""
 
 from __future__ import annotations
 
@@ -37,3 +38,13 @@ def kubeconfig_options(command: Callable[..., None]) -> Callable[..., None]:
         help="Kubeconfig file. Default: $KUBECONFIG (a ':'-separated list, merged as kubectl "
         "does), else ~/.kube/config, else the in-cluster service account.",
     )(command)
+
+
+discovery_grace_option = click.option(
+    "--discovery-grace",
+    type=click.FloatRange(min=1),
+    default=60.0,
+    show_default=True,
+    help="Seconds a served type may be missing from discovery before it counts as removed: "
+    "its streams stop and its files are swept (prune Always) or counted as retained.",
+)

@@ -99,6 +99,11 @@ BACKLOG_LOOKUPS = Counter(
     registry=REGISTRY,
 )
 STREAMS = Gauge("kubescribe_watch_streams", "Watch streams running.", registry=REGISTRY)
+DISCOVERY_MISSING = Gauge(
+    "kubescribe_discovery_missing_types",
+    "Served types missing from discovery, still within the discovery grace.",
+    registry=REGISTRY,
+)
 COMMITS = Counter(
     "kubescribe_commits_total",
     "Commits created, by kind (change, snapshot).",
@@ -178,6 +183,12 @@ DOCUMENTS = Gauge(
     "kubescribe_target_documents",
     "Documents in a GitTarget's folder.",
     ["target"],
+    registry=REGISTRY,
+)
+BASE_DESCENDS = Gauge(
+    "kubescribe_write_branch_descends_from_base",
+    "1 while a write branch descends from its base branch (as last fetched), else 0.",
+    ["writer", "base"],
     registry=REGISTRY,
 )
 RETAINED = Gauge(

@@ -107,3 +107,16 @@ class BareRemote:
         git("commit", "--quiet", "-m", message, cwd=scratch)
         git("push", "--quiet", "origin", f"HEAD:refs/heads/{ref}", cwd=scratch)
         return git("rev-parse", "HEAD", cwd=scratch).strip()
+
+    def remove_foreign(self, path: str, message: str, branch: str | None = None) -> str:
+        """Push a commit made by someone else that removes one file from the branch tip."""
+        ref = branch or self.branch
+        scratch = self.path.parent / f".{self.path.name}-foreign"
+        if not scratch.exists():
+            git("clone", "--quiet", str(self.path), str(scratch))
+        git("fetch", "--quiet", "origin", ref, cwd=scratch)
+        git("checkout", "--quiet", "-B", ref, "FETCH_HEAD", cwd=scratch)
+        git("rm", "--quiet", path, cwd=scratch)
+        git("commit", "--quiet", "-m", message, cwd=scratch)
+        git("push", "--quiet", "origin", f"HEAD:refs/heads/{ref}", cwd=scratch)
+        return git("rev-parse", "HEAD", cwd=scratch).strip()

@@ -442,3 +442,38 @@ async def test_a_document_of_a_multi_document_file_is_found_through_the_namespac
         "data": {"k": "1"},
     }
     kustomize.build_remote(kustomize_bin, remote.path, FOLDER)
+
+
+async def test_a_folder_root_written_through_and_then_deleted_holds_the_target(
+    remote: BareRemote, make: Callable[..., WorkerHarness]
+) -> None:
+    """A root `.` the worker wrote through, deleted by a repository writer: the target is held
+    (nothing written, no plain file), and written through again once the root is back."""
+    root = f"{FOLDER}/kustomization.yaml"
+    remote.commit_foreign(root, "resources: []\n", "root")
+    h = make(target(PruneMode.ALWAYS, folder=FOLDER, kustomize=KustomizeConfig()))
+    first = configmap("first", a="1")
+    await h.settle(change(first, CONFIGMAPS, "first", Operation.CREATE))
+    assert "first.yaml" in remote.read(root)
+    assert h.last().held == ""
+
+    remote.remove_foreign(root, "no more kustomization")
+    gone = remote.tip()
+    await h.settle(change(configmap("second", b="2"), CONFIGMAPS, "second", Operation.CREATE))
+    assert h.last().held.startswith(f"{FOLDER} holds no kustomization.yaml")
+    assert remote.tip() == gone
+    assert not [f for f in remote.files() if f.endswith("second.yaml")]
+
+    remote.commit_foreign(root, "resources: []\n", "the root is back")
+    await h.settle(change(configmap("third", c="3"), CONFIGMAPS, "third", Operation.CREATE))
+    assert h.last().held == ""
+    assert "third.yaml" in remote.read(root)
+
+
+async def test_a_named_root_that_is_missing_writes_nothing(
+    remote: BareRemote, make: Callable[..., WorkerHarness]
+) -> None:
+    h = make(kz_target())  # overlays/prod was never there
+    await h.settle(change(configmap("app", a="1"), CONFIGMAPS, "app", Operation.CREATE))
+    assert h.last().held.startswith(f"{FOLDER}/overlays/prod holds no kustomization.yaml")
+    assert not [f for f in remote.files() if f.endswith("app.yaml")]

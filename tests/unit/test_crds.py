@@ -188,6 +188,7 @@ def test_status_fields() -> None:
         "documents",
         "retainedDocuments",
         "streams",
+        "baseBranch",
         "encryption",
         "owner",
     }

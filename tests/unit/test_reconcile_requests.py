@@ -33,3 +33,16 @@ def test_only_a_bounded_string_is_a_request() -> None:
         assert requested(annotated(value)) == ""
     assert requested({}) == ""
     assert requested({"metadata": {"annotations": None}}) == ""
+
+
+def test_the_operators_own_request_lists_a_target_once_without_a_status() -> None:
+    requests = ReconcileRequests()
+    held = TargetKey("ns", "mirror")
+    requests.again(held)
+    requests.again(held)
+    targets = {("ns", "mirror"): annotated("t1")}
+    assert requests.take({}, targets, lambda _: None) == [held]  # once, with the annotation's
+    assert requests.take({}, targets, lambda _: None) == []
+    assert requests.status("GitTarget", ("ns", "mirror")) == {"lastHandledReconcileAt": "t1"}
+    requests.again(held)
+    assert requests.take({}, {}, lambda _: None) == [held]

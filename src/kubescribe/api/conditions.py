@@ -105,6 +105,7 @@ FILE_TOO_LARGE: Final = "FileTooLarge"  # a file in the folder too large to read
 PATH_CONFLICT: Final = "PathConflict"
 RENDER_FAILED: Final = "RenderFailed"
 KUSTOMIZE_UNSUPPORTED: Final = "KustomizeUnsupported"
+KUSTOMIZATION_MISSING: Final = "KustomizationMissing"  # the kustomize root is gone: held
 RENDER_MISMATCH: Final = "RenderMismatch"
 RENDER_CHECK_UNAVAILABLE: Final = "RenderCheckUnavailable"  # renderCheck, but no kustomize
 # reasons: writing and pushing (git/) and Git transport (`git.transport.errors.GitFailure`)
@@ -194,6 +195,7 @@ STALLED_REASONS: Final = frozenset(
         KUBECONFIG_REFUSED,
         CLUSTER_ADDRESS_REFUSED,
         KUSTOMIZE_UNSUPPORTED,
+        KUSTOMIZATION_MISSING,
         SPEC_NOT_EVALUATED,
         CACHE_QUOTA_EXCEEDED,
     }

@@ -435,6 +435,26 @@ class EncryptionStatus(ApiModel):
     )
 
 
+class BaseBranchStatus(ApiModel):
+    """The base branch as the operator last fetched it, once the write branch exists."""
+
+    name: str = Field(
+        max_length=255, description="`spec.baseBranch`, or the remote's default branch."
+    )
+    commit: str | None = Field(
+        None, max_length=64, description="Its tip when last fetched (`''`: the remote lacks it)."
+    )
+    observed_time: AwareDatetime | None = Field(None, description="When it was last fetched.")
+    write_branch_descends: bool | None = Field(
+        None,
+        description=(
+            "Whether the write branch's tip is that commit or a descendant of it (false: the"
+            " base moved on, e.g. merged work the write branch lacks, or was rewritten, or the"
+            " remote lacks it)."
+        ),
+    )
+
+
 class GitTargetStatus(Status):
     """Observed state of a GitTarget."""
 
@@ -447,6 +467,13 @@ class GitTargetStatus(Status):
         description="Documents kept by the prune mode although their object is gone.",
     )
     streams: int | None = Field(None, ge=0, description="Watch streams feeding this target.")
+    base_branch: BaseBranchStatus | None = Field(
+        None,
+        description=(
+            "The base branch, observed whenever the writer fetches the remote (at start, after"
+            " a moved remote or a failure, on `kubescribe.io/reconcile-at`)."
+        ),
+    )
     encryption: EncryptionStatus | None = Field(None, description="Encryption in effect.")
     owner: str | None = Field(
         None,

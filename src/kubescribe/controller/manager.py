@@ -23,6 +23,7 @@ from kubescribe.controller.clusters import ClusterProviders
 from kubescribe.controller.commitrequests import CommitRequests, TargetAccess
 from kubescribe.controller.cursors import CursorKeeper
 from kubescribe.controller.desired import compile_plan, source_grants
+from kubescribe.controller.discovered import DiscoveredTypes
 from kubescribe.controller.encryption import EncryptionResolver
 from kubescribe.controller.events import EventRecorder
 from kubescribe.controller.object_status import (
@@ -49,7 +50,7 @@ from kubescribe.git.records import WriteReport
 from kubescribe.git.targets import Committer, KustomizeConfig, TargetConfig
 from kubescribe.git.worker import BranchWorker
 from kubescribe.kube.client import ApiError, KubeClient
-from kubescribe.kube.discovery import Discovered, discover
+from kubescribe.kube.discovery import discover
 from kubescribe.kube.informer import Informer, as_is
 from kubescribe.mirror.authors import AttributionMode, AuthorResolver
 from kubescribe.mirror.changes import Cursor, PruneMode, TargetKey
@@ -153,7 +154,7 @@ class Manager:
         self._caches = {kind: ObjectCache(self.parts.poke) for kind in OWN_TYPES}
         self._namespaces = ObjectCache(self.parts.poke)
         self._discovery_poke = asyncio.Event()
-        self._discovered: dict[tuple[str, str, str], tuple[Discovered, float]] = {}
+        self._types = DiscoveredTypes(self.settings.discovery_grace)
         self._streams: dict[str, _Running] = {}
         self._workers: dict[WorkerKey, BranchWorker] = {}
         self._stopping: dict[WorkerKey, asyncio.Task[None]] = {}
@@ -279,19 +280,10 @@ class Manager:
             self.parts.poke.set()
 
     async def _refresh_discovery(self) -> None:
-        now = time.monotonic()
-        for item in await discover(self.client):
-            rt = item.rtype
-            self._discovered[(rt.group, rt.version, rt.resource)] = (item, now)
-        grace = self.settings.discovery_grace
-        vanished = [k for k, (_, seen) in self._discovered.items() if seen < now]
-        for key in vanished:
-            if now - self._discovered[key][1] > grace:
-                log.info("discovery.type_dropped", gvr="/".join(key))
-                del self._discovered[key]
-        if any(k in self._discovered for k in vanished):
+        if self._types.refresh(await discover(self.client), time.monotonic()):
             # Re-check once the grace period is over, so a settled removal is dropped.
-            asyncio.get_running_loop().call_later(grace + 1, self._discovery_poke.set)
+            loop = asyncio.get_running_loop()
+            loop.call_later(self.settings.discovery_grace + 1, self._discovery_poke.set)
 
     # -- reconcile -------------------------------------------------------------------------
     async def _reconcile(self) -> None:
@@ -369,7 +361,7 @@ class Manager:
             caches["GitTarget"].objects.values(),
             caches["WatchRule"].objects.values(),
             caches["ClusterWatchRule"].objects.values(),
-            [item for item, _ in self._discovered.values()],
+            self._types.items(),
             self.settings.noise,
             allow_file_urls=self.settings.allow_file_urls,
             grants=(
@@ -554,6 +546,7 @@ class Manager:
             and (not spec.namespace_selectors or self._namespaces.synced)
         }
         admitted = {key: spec.admitted(namespaces) for key, spec in wanted.items()}
+        stopped: list[StreamSpec] = []
         for key, running in list(self._streams.items()):
             spec = running.spec
             planned = self.plan.targets[spec.target] if key in wanted else None
@@ -574,8 +567,13 @@ class Manager:
                 running.task.cancel()
                 del self._streams[key]
                 self.parts.cursors.drop(key)
+                stopped.append(spec)
                 if relist:
                     self._relist.add(key)  # never resume from a cursor saved before
+        for snapshot in self._types.sweeps(stopped, wanted.values(), time.monotonic()):
+            target = self.plan.targets.get(snapshot.target)
+            if target is not None and (worker := self._workers.get(target.worker_key)):
+                worker.submit(snapshot)  # the type is gone: its files swept or retained
         for key, spec in wanted.items():
             if key in self._streams:
                 continue
@@ -633,6 +631,8 @@ class Manager:
 
     def _on_report(self, report: WriteReport) -> None:
         previous = self._reports.get(report.target)
+        if previous is not None and previous.held and not report.held:
+            self.parts.reconciles.again(report.target)  # list afresh what was held
         if report.commit and (previous is None or previous.commit != report.commit):
             log.info("target.pushed", target=str(report.target), commit=report.commit)
         self._reports[report.target] = report

@@ -109,11 +109,22 @@ def _report_conditions(
         extra["lastCommit"] = report.commit
     if report.pushed_at is not None:
         extra["lastPushTime"] = rfc3339(report.pushed_at)
+    if (base := report.base) is not None:
+        # Every field always set: a merge patch would leave a stale one behind an omitted one.
+        extra["baseBranch"] = {
+            "name": base.name,
+            "commit": base.commit or "",
+            "observedTime": rfc3339(base.observed_at),
+            "writeBranchDescends": bool(base.descends),
+        }
     if report.ok:
         domain = [Cond(c.PUSHED, "True", c.PUSHED, report.message or "Up to date")]
     else:
         domain = [Cond(c.PUSHED, "False", report.reason, report.message)]
-    domain.append(documents_condition(report.failing))
+    if report.held:
+        domain.append(Cond(c.DOCUMENTS_WRITTEN, "False", c.KUSTOMIZATION_MISSING, report.held))
+    else:
+        domain.append(documents_condition(report.failing))
     if report.kustomization is not None:
         domain.append(
             render_condition(report.kustomization, report.failing, facts.render_check_unavailable)

@@ -27,6 +27,12 @@ class ReconcileRequests:
 
     def __init__(self) -> None:
         self._handled: dict[tuple[str, ObjKey], str] = {}
+        self._again: set[TargetKey] = set()
+
+    def again(self, target: TargetKey) -> None:
+        """List a target afresh at the next reconcile, as if asked (the operator's own
+        request: its kustomize root is back, and what changed while it was held is written)."""
+        self._again.add(target)
 
     def take(
         self,
@@ -38,7 +44,10 @@ class ReconcileRequests:
         (against the remote's tip as it is now)."""
         for key in self._new("GitProvider", providers):
             reprobe(key)
-        return [TargetKey(*key) for key in self._new("GitTarget", targets)]
+        due = [TargetKey(*key) for key in self._new("GitTarget", targets)]
+        due += sorted(self._again - set(due))
+        self._again.clear()
+        return due
 
     def status(self, kind: str, key: ObjKey) -> dict[str, str]:
         """The status field saying which request was acted on (none before the first)."""

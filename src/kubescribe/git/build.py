@@ -9,6 +9,7 @@ through them."""
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,6 +105,7 @@ class Build:
         self.unknown: set[TargetKey] = set()
         self.requests: dict[RequestHandle, RequestResult] = {}
         self.kerrors: dict[TargetKey, str] = {}  # kustomizations that could not be read
+        self.kmissing: dict[TargetKey, str] = {}  # targets held: their kustomize root is gone
         self.kmulti: dict[TargetKey, dict[Identity, str]] = {}
 
     @property
@@ -135,7 +137,24 @@ class Build:
             self.log.exception("build.kustomization_failed", target=str(config.key))
             self.kerrors[config.key] = "kustomization not readable (see the operator log)"
         self.state.ktrees[config.key] = tree
+        if tree is None and config.key not in self.kerrors:
+            self._check_root(config)
         return tree
+
+    def _check_root(self, config: TargetConfig) -> None:
+        """Hold a target whose kustomize root is gone: a root the spec names (not the folder
+        itself), or one this writer wrote through with the same settings. Written as plain
+        files, its documents would no longer be rendered by what deploys the folder."""
+        kz = config.kustomize
+        if kz is None or not (
+            kz.root or self.cache.kustomized.get(config.key) == (config.folder, kz)
+        ):
+            return
+        where = posixpath.normpath(posixpath.join(config.folder, kz.root or "."))
+        self.kmissing[config.key] = (
+            f"{where} holds no kustomization.yaml (kustomize.root): nothing is written for this"
+            " target until it is back or the spec changes; what changed meanwhile is written then"
+        )
 
     def _refuse(self, config: TargetConfig, refusal: Refusal) -> None:
         self.refused.setdefault(config.key, []).append(refusal)
@@ -160,6 +179,9 @@ class Build:
             if item.target not in self.unknown:
                 self.log.warning("build.unconfigured_target", target=str(item.target))
             self.unknown.add(item.target)
+            return
+        self.index(config)  # finds out whether its kustomize root is gone
+        if config.key in self.kmissing:
             return
         if isinstance(item, Snapshot):
             self._commit(config, self._snapshot(config, item), None, "snapshot", [item])
@@ -524,6 +546,7 @@ class Build:
             refused=refused,
             failing=failing,
             kustomization=tree.kustomizations[tree.root].path if tree is not None else None,
+            held=self.kmissing.get(key, ""),
         )
 
 

@@ -36,6 +36,8 @@ class BuildCache:
     rekey_failed: set[tuple[pygit2.Oid, Any]] = field(default_factory=set)
     # Parsed kustomization trees, by (target, root): (target folder tree, tree).
     ktrees: dict[tuple[TargetKey, str], tuple[pygit2.Oid | None, Any]] = field(default_factory=dict)
+    # Targets written through a kustomization: (folder, kustomize settings) it was seen with.
+    kustomized: dict[TargetKey, tuple[str, Any]] = field(default_factory=dict)
 
     def keep_only(self, targets: Mapping[TargetKey, TargetConfig]) -> None:
         """Forget the targets (and folders) no longer written."""
@@ -118,6 +120,7 @@ class BuildCache:
             if ktree is not None:
                 folder_id = folder_tree(repo, root, targets[key].folder)
                 self.ktrees[(key, ktree.root)] = (folder_id, ktree)
+                self.kustomized[key] = (targets[key].folder, targets[key].kustomize)
         for key, index in built.indexes.items():
             index.tree_id = folder_tree(repo, root, index.folder)
             self.indexes[(key, index.folder)] = index

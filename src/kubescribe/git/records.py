@@ -132,6 +132,18 @@ class Notice:
     message: str
 
 
+@dataclass(frozen=True)
+class BaseObservation:
+    """The base branch as the writer last fetched it: `name` (the target's `baseBranch`, or the
+    remote's default branch), its tip (None: the remote does not have it), when (wall clock),
+    and whether the write branch's tip is that tip or a descendant of it."""
+
+    name: str
+    commit: str | None
+    observed_at: float
+    descends: bool | None
+
+
 @dataclass(frozen=True, kw_only=True)
 class WriteReport:
     """What writing one target came to: a build's result for it, and the report of a write
@@ -146,7 +158,7 @@ class WriteReport:
     not written, deleted or gone from the cluster since). `ok` is about the push, not them.
     Documents `kustomize build` does not render as live carry a reason in
     `api.conditions.RENDER_REASONS`; `kustomization` is the kustomization the target writes
-    through, if any.
+    through, if any; `base` what the writer saw of the base branch when it last fetched.
     """
 
     target: TargetKey
@@ -163,3 +175,5 @@ class WriteReport:
     failing: list[Refusal] = field(default_factory=list)
     kustomization: str | None = None
     notices: tuple[Notice, ...] = ()
+    base: BaseObservation | None = None  # the base branch, once the write branch exists
+    held: str = ""  # why nothing of the target was written (its kustomize root is gone)

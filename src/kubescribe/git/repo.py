@@ -18,7 +18,7 @@ import shutil
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import pygit2
@@ -317,11 +317,15 @@ class GitRepository:
             )
         except (pygit2.GitError, OSError) as exc:
             raise self._failure("fetch failed", exc, callbacks, proxy) from None
-        for head in heads:
-            target = head.symref_target
-            if head.name == "HEAD" and target and target.startswith("refs/heads/"):
-                return target.removeprefix("refs/heads/")
-        return None
+        return _default_of(heads)
+
+    def advertised_default_branch(self) -> str | None:
+        """The default branch as the last fetch's advertisement named it: no round trip (a
+        connection `default_branch` leaves open would serve the next fetch stale heads)."""
+        try:
+            return _default_of(self._remote.list_heads(connect=False))
+        except (pygit2.GitError, OSError):
+            return None
 
     def start_point(self, base_branch: str | None, limit: int | None = None) -> pygit2.Oid | None:
         """Where a branch missing on the remote starts: the tip of `base_branch`, or of the
@@ -528,6 +532,15 @@ def _open_or_init(path: Path) -> CacheRepository:
     path.parent.mkdir(parents=True, exist_ok=True)
     pygit2.init_repository(str(path), bare=True)
     return CacheRepository(str(path))
+
+
+def _default_of(heads: Any) -> str | None:
+    """The branch an advertisement's HEAD names, if it names one."""
+    for head in heads:
+        target = head.symref_target
+        if head.name == "HEAD" and target and target.startswith("refs/heads/"):
+            return str(target.removeprefix("refs/heads/"))
+    return None
 
 
 def _ref_name(prefix: str, branch: str) -> str:

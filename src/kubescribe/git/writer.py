@@ -14,6 +14,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from kubescribe.git.buildcache import BuildCache
 from kubescribe.git.cachequota import CacheQuotaExceeded, NamespaceCache
 from kubescribe.git.pack import PackTooLarge
 from kubescribe.git.pending import PendingObjects
-from kubescribe.git.records import Item
+from kubescribe.git.records import BaseObservation, Item
 from kubescribe.git.repack import PACK_LIMIT, TidyResult, pack_count, tidy
 from kubescribe.git.repo import (
     CacheBusy,
@@ -108,6 +109,7 @@ class Writer:
         self.tip: pygit2.Oid | None = None
         self.tip_known = False
         self.cache = BuildCache()
+        self.bases: dict[str, BaseObservation] = {}  # by a target's baseBranch ('' = default)
         self._packs_gauge = metrics.CACHE_PACKS.labels(f"{normalize(url)}#{branch}")
         # Set from the event loop when another replica took the branch: no further attempt.
         self.abandoned = threading.Event()
@@ -146,6 +148,62 @@ class Writer:
             )
         return self.tip
 
+    def fetched_tip(self, targets: Mapping[TargetKey, TargetConfig]) -> pygit2.Oid | None:
+        """The remote tip; when it has to be fetched, the targets' base branches with it."""
+        fetching = not self.tip_known
+        tip = self.remote_tip()
+        if fetching:
+            for name in sorted({config.base_branch or "" for config in targets.values()}):
+                self._observe_base(name, tip)
+        return tip
+
+    def _observe_base(self, name: str, tip: pygit2.Oid | None) -> None:
+        """Fetch one base branch (`name`, '' for the remote's default branch); a failure
+        costs the observation, never the write."""
+        repo = self.open()
+        try:
+            branch = name or repo.advertised_default_branch()
+            if branch is None:
+                return
+            base = tip
+            if branch != self.branch:
+                base = self.quota.fetch(lambda limit: repo.fetch(branch, limit))
+        except CacheQuotaExceeded:
+            raise
+        except Exception as exc:
+            self.log.warning("writer.base_not_observed", base=name, error=str(exc))
+            return
+        self.bases[name] = BaseObservation(branch, str(base) if base else None, time.time(), None)
+        self._compare_bases(tip)
+
+    def _compare_bases(self, tip: pygit2.Oid | None, pushed: bool = False) -> None:
+        """Whether the write branch (at `tip`) holds each base branch's last-seen tip: a walk
+        of the local history, no round trip. After a push only where it was not known (the
+        branch was just created): a commit of ours on top changes neither answer."""
+        repo = self.open().repo
+        for name, seen in self.bases.items():
+            if pushed and seen.descends is not None:
+                continue
+            descends = None
+            if tip is not None and seen.commit is not None:
+                try:
+                    base = pygit2.Oid(hex=seen.commit)
+                    descends = base == tip or repo.descendant_of(tip, base)
+                except (pygit2.GitError, ValueError) as exc:
+                    self.log.warning("writer.base_not_compared", base=name, error=str(exc))
+            self.bases[name] = replace(seen, descends=descends)
+            writer = f"{normalize(self.url)}#{self.branch}"
+            metrics.BASE_DESCENDS.labels(writer, seen.name).set(1 if descends else 0)
+
+    def with_bases(self, outcome: Outcome, targets: Mapping[TargetKey, TargetConfig]) -> Outcome:
+        """Each target's result with what was last seen of its base branch."""
+        for key, result in outcome.targets.items():
+            config = targets.get(key)
+            seen = self.bases.get(config.base_branch or "") if config is not None else None
+            if seen is not None:
+                outcome.targets[key] = replace(result, base=seen)
+        return outcome
+
     def start(
         self, tip: pygit2.Oid | None, targets: Mapping[TargetKey, TargetConfig]
     ) -> pygit2.Oid | None:
@@ -162,7 +220,7 @@ class Writer:
         """Fetch and index once at start so the first change does not pay for it."""
         try:
             with self.open().cache_lock.shared():
-                build = self._build(self.start(self.remote_tip(), targets), targets)
+                build = self._build(self.start(self.fetched_tip(targets), targets), targets)
                 for config in targets.values():
                     build.index(config)
         except CacheQuotaExceeded:  # the first write fetches again and reports
@@ -226,7 +284,7 @@ class Writer:
         for attempt in range(self.max_rebuilds + 1):
             if self.abandoned.is_set():
                 raise Abandoned("another replica writes this branch now")
-            base = self.remote_tip()
+            base = self.fetched_tip(targets)
             started = time.perf_counter()
             start = self.start(base, targets)
             build = self._build(start, targets)
@@ -234,10 +292,12 @@ class Writer:
             for item in batch:
                 build.apply(item)
             build.render_check(batch)
+            if build.kmissing:
+                self.tip_known = False  # a held target: fetch again, to see its root back
             if build.head == start:
                 self._discard()  # blobs of documents that did not change
                 build.commit_state()
-                return build.outcome(pushed=False)
+                return self.with_bases(build.outcome(pushed=False), targets)
             assert build.head is not None
             self._flush()
             built = time.perf_counter()
@@ -260,6 +320,7 @@ class Writer:
                 raise
             metrics.PUSHES.labels("ok").inc()
             self.tip = build.head
+            self._compare_bases(build.head, pushed=True)
             build.commit_state()
             self.log.info(
                 "writer.pushed",
@@ -271,7 +332,7 @@ class Writer:
             )
             outcome = build.outcome(pushed=True)
             outcome.rebuilds, outcome.base = attempt, str(base) if base is not None else None
-            return outcome
+            return self.with_bases(outcome, targets)
         raise AssertionError("unreachable")
 
     def _flush(self) -> None:
