@@ -15,7 +15,9 @@ from tests.support import Operator, manifest, wait_condition, wait_for, wait_rea
 pytestmark = pytest.mark.controlplane
 
 
-def two_targets(cp: ControlPlane, ns: str, remote: BareRemote, commit: Mapping[str, object]) -> None:
+def two_targets(
+    cp: ControlPlane, ns: str, remote: BareRemote, commit: Mapping[str, object]
+) -> None:
     """`own` with `spec.commit`, `plain` without: both on `main` of one provider (window 0s)."""
     cp.apply(
         manifest(
