@@ -1,4 +1,5 @@
-"""Options the command line's modules share: where the kubeconfig is."""
+"""Options the command line's modules share: where the kubeconfig is; how long author lookups
+wait."""
 
 from __future__ import annotations
 
@@ -37,3 +38,25 @@ def kubeconfig_options(command: Callable[..., None]) -> Callable[..., None]:
         help="Kubeconfig file. Default: $KUBECONFIG (a ':'-separated list, merged as kubectl "
         "does), else ~/.kube/config, else the in-cluster service account.",
     )(command)
+
+
+ATTRIBUTION_WAITS = (
+    click.option(
+        "--attribution-grace",
+        "grace",
+        type=click.FloatRange(min=0),
+        default=3.0,
+        show_default=True,
+        help="Seconds to wait for a change's audit fact before its author is unresolved.",
+    ),
+    click.option(
+        "--audit-silent-after",
+        "silent_after",
+        type=click.FloatRange(min=0),
+        default=300.0,
+        show_default=True,
+        help="Seconds without any record after which an audit route (or the change webhook) "
+        "is silent: shown in the provider's status, and lookups on it stop waiting out the "
+        "grace (0 = never silent).",
+    ),
+)

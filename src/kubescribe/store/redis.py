@@ -123,6 +123,10 @@ class RedisFactStore:
         self.follow(route)
         return await self.local.wait(route, timeout)
 
+    def tally(self, route: str) -> tuple[int, float, float]:
+        self.follow(route)
+        return self.local.tally(route)
+
     def follow(self, route: str) -> None:
         """Tail `route`'s stream from `retention` seconds ago (once per route)."""
         if route not in self._cursors:
