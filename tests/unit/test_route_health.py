@@ -46,7 +46,7 @@ async def test_a_mark_that_arrives_while_a_lookup_waits_ends_the_wait_with_no_au
         assert await lookup is None
 
 
-async def test_past_the_watermark_the_lookup_settles_at_once_and_a_fact_still_names_the_author() -> (
+async def test_past_the_watermark_a_lookup_settles_at_once_and_a_fact_still_names_its_author() -> (
     None
 ):
     store = MemoryFactStore()
