@@ -129,3 +129,21 @@ def test_the_status_names_each_route_and_is_refreshed_at_most_once_a_period() ->
     assert reports.status() == first  # within the period: the same status, no rewrite
     ticks[0] += 61
     assert reports.status()["routes"][1]["facts"] == 1
+
+
+def test_a_route_falling_silent_shows_at_once_within_the_period() -> None:
+    store = MemoryFactStore()
+    wall = [1000.0]
+    reports = RouteReports(RouteWatch(store, silent_after=30, wall=lambda: wall[0]), ("local",))
+    assert reports.status()["routes"][0]["silent"] is False
+    wall[0] += 31
+    assert reports.status()["routes"][0]["silent"] is True
+
+
+async def test_a_lookup_that_waits_while_its_route_falls_silent_stops_then() -> None:
+    store = MemoryFactStore()
+    watch = RouteWatch(store, silent_after=0.2)  # no record ever comes to wake the wait
+    resolver = AuditAuthorResolver(store, "local", grace=HOUR, routes=watch)
+    async with asyncio.timeout(10):
+        assert await resolver.author_of(delete(), time.monotonic()) is None
+    assert watch.health("local").silent

@@ -74,6 +74,13 @@ class RouteWatch:
             return SETTLED_SILENT
         return None
 
+    def silent_in(self, route: str) -> float:
+        """Seconds until `route` is silent unless a record comes (inf: never silent)."""
+        if self.silent_after <= 0:
+            return float("inf")
+        _, last, _ = self.facts.tally(route)
+        return max(0.0, max(last, self.started) + self.silent_after - self.wall())
+
     def _silent(self, last: float) -> bool:
         if self.silent_after <= 0:
             return False
@@ -85,8 +92,9 @@ REPORT_PERIOD = 60.0
 
 class RouteReports:
     """The `status.attribution` of GitProviders (the operator's own routes) and ClusterProviders
-    (their audit route), refreshed at most every `period` seconds: a status write is itself
-    audited, so live counts would rewrite the status after each write."""
+    (their audit route), refreshed at most every `period` seconds (a status write is itself
+    audited, so live counts would rewrite the status after each write), and at once when a
+    route falls silent or speaks again."""
 
     def __init__(
         self,
@@ -109,11 +117,9 @@ class RouteReports:
         names = self.own if routes is None else routes
         made = self._made.get(names)
         now = self.clock()
-        if made is None or now - made[0] >= self.period:
-            made = self._made[names] = (
-                now,
-                attribution_status([self.watch.health(r) for r in names]),
-            )
+        fresh = attribution_status([self.watch.health(r) for r in names])
+        if made is None or now - made[0] >= self.period or _silences(made[1]) != _silences(fresh):
+            made = self._made[names] = (now, fresh)  # a route that fell silent shows at once
         return made[1]
 
 
@@ -137,6 +143,10 @@ def attribution_status(routes: list[RouteHealth]) -> dict[str, Any]:
     if last:
         out["lastFactTime"] = _rfc3339(last)
     return out
+
+
+def _silences(status: dict[str, Any]) -> list[bool]:
+    return [bool(r["silent"]) for r in status["routes"]]
 
 
 def _rfc3339(seconds: float) -> str:

@@ -129,8 +129,8 @@ class AuditAuthorResolver:
             return remaining
         route = event.route or self.route
         why = self.routes.settled(route, observed_wall)
-        if why is None:
-            return remaining
+        if why is None:  # wake when the route would fall silent: no record wakes the wait then
+            return min(remaining, self.routes.silent_in(route) + 0.1)
         metrics.ATTRIBUTION_SETTLED.labels(route, why).inc()
         return 0.0
 
