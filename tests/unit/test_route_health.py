@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
+from typing import cast
 
 import pytest
 
+from kubescribe.api.models import ClusterProviderSpec
 from kubescribe.attribution.decode import FACT_DELETE, Fact, decode_events
 from kubescribe.attribution.facts import keyed
 from kubescribe.attribution.health import (
@@ -19,6 +22,10 @@ from kubescribe.attribution.health import (
     attribution_status,
 )
 from kubescribe.attribution.resolver import AuditAuthorResolver
+from kubescribe.controller.clusters import ClusterProviders
+from kubescribe.controller.plan import ClusterPlan, Problem, ProviderPlan
+from kubescribe.controller.providers import Providers
+from kubescribe.kube.client import KubeClient
 from kubescribe.mirror.authors import Author, ObjectEvent
 from kubescribe.store.memory import MemoryFactStore
 
@@ -147,3 +154,24 @@ async def test_a_lookup_that_waits_while_its_route_falls_silent_stops_then() -> 
     async with asyncio.timeout(10):
         assert await resolver.author_of(delete(), time.monotonic()) is None
     assert watch.health("local").silent
+
+
+def test_a_cluster_provider_shows_its_audit_route_and_a_git_provider_the_own_routes() -> None:
+    store = MemoryFactStore()
+    store.index("remote", mark(time.time()))
+    reports = RouteReports(RouteWatch(store), ("local",))
+    clusters = ClusterProviders(cast(KubeClient, None), routes=reports)
+    spec = ClusterProviderSpec.model_validate(
+        {"kubeconfigSecretRef": {"namespace": "ns", "name": "k"}, "auditRoute": "remote"}
+    )
+    _, extra = clusters.status(ClusterPlan("remote-cluster", 1, spec))
+    [route] = extra["attribution"]["routes"]
+    assert (route["name"], route["facts"], route["silent"]) == ("remote", 0, False)
+    assert route["watermark"]
+    without = ClusterProviderSpec.model_validate(
+        {"kubeconfigSecretRef": {"namespace": "ns", "name": "k"}}
+    )
+    assert "attribution" not in clusters.status(ClusterPlan("other", 1, without))[1]
+    providers = Providers(cast(KubeClient, None), cache_dir=Path("unused"), routes=reports)
+    plan = ProviderPlan(("ns", "git"), 1, None, problem=Problem("InvalidSpec", "bad"))
+    assert [r["name"] for r in providers.status(plan)[1]["attribution"]["routes"]] == ["local"]
