@@ -286,6 +286,7 @@ def _reject_overlaps(targets: list[TargetPlan], order: Mapping[TargetKey, tuple[
             plan.layout,
             content=plan.content,
             ignore=plan.ignore,
+            commit=plan.commit,
             path_problem=Problem(
                 c.PATH_OVERLAP,
                 f"path {plan.folder or '.'!r} overlaps GitTarget {clash.key} "
