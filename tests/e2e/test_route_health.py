@@ -14,6 +14,7 @@ from kubescribe.mirror.authors import UNRESOLVED
 from kubescribe_devenv.gitremote import BareRemote
 from tests.e2e.conftest import Audited
 from tests.e2e.test_attribution import ATTRIBUTED, audit_flowing, authored
+from tests.e2e.test_clusters import cluster_provider
 from tests.manifests import CM_RULE, cm_path, configmap, provider, target, watch_rule
 from tests.support import Operator, manifest, metric, wait_for, wait_ready
 
@@ -105,9 +106,13 @@ def test_a_delete_whose_fact_never_comes_commits_unresolved_once_the_route_told_
 def test_a_silent_route_shows_on_the_provider_and_its_deletes_stop_waiting(
     audited: Audited, ns: str, remote: BareRemote, start_operator: Callable[..., Operator]
 ) -> None:
-    # The operator's route is `quiet`, which the apiserver (posting to `local`) never reaches.
+    # The operator's route is `quiet`, which the apiserver (posting to `local`) never reaches;
+    # a ClusterProvider names another route nothing posts to either.
     flags = audited.flags(route="quiet=kubescribe-audit-local", grace=GRACE)
-    op = start_operator(*flags, "--audit-silent-after=2")
+    op = start_operator(*flags, "--audit-extra-route=far", "--audit-silent-after=2")
+    cluster = f"far-{uuid.uuid4().hex[:6]}"
+    audited.cp.wait_established("clusterproviders.kubescribe.io")
+    audited.cp.apply(manifest(cluster_provider(cluster, ns, "missing", auditRoute="far")))
     setup(audited, ns, remote, configmap("doomed", ns, {"k": "v"}))
     wait_for(lambda: cm_path(ns, "doomed") in remote.files(), timeout=60, what="the snapshot")
 
@@ -127,3 +132,14 @@ def test_a_silent_route_shows_on_the_provider_and_its_deletes_stop_waiting(
     assert (quiet["name"], quiet["source"], quiet["facts"]) == ("quiet", "audit", 0)
     assert "lastFactTime" not in quiet
     assert metric(op, "kubescribe_attribution_route_silent", 'route="quiet"') == 1
+
+    def far() -> dict[str, Any] | None:
+        obj = audited.cp.get_json("clusterprovider", cluster)
+        shown = ((obj.get("status") or {}).get("attribution") or {}).get("routes") or []
+        return shown[0] if shown and shown[0]["silent"] else None
+
+    try:
+        route = wait_for(far, timeout=60, what="the ClusterProvider's silent route")
+        assert (route["name"], route["source"], route["facts"]) == ("far", "audit", 0)
+    finally:
+        audited.cp.kubectl("delete", "clusterprovider", cluster, "--wait=false", check=False)
