@@ -35,7 +35,7 @@ class _Route:
 
 
 class MemoryFactStore:
-    """Implements the attribution fact-index protocol (`add`, `find`, `wait`).
+    """Implements the attribution fact-index protocol (`add`, `find`, `wait`, `tally`).
 
     `max_records` bounds each route; `limits` gives some routes another bound.
     """
@@ -107,7 +107,7 @@ class MemoryFactStore:
         for _, record in records:
             try:
                 told = float(record.get("completed", "0"))
-            except ValueError:
+            except (TypeError, ValueError):
                 continue
             if not math.isnan(told):
                 held.told_until = max(held.told_until, min(told, now))

@@ -42,7 +42,7 @@ Record = Mapping[str, str]
 
 
 class RedisFactStore:
-    """Implements the attribution fact-index protocol (`add`, `find`, `wait`) over Redis."""
+    """The attribution fact-index protocol (`add`, `find`, `wait`, `tally`) over Redis."""
 
     def __init__(
         self,
