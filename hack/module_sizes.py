@@ -16,10 +16,10 @@ LIMIT = 600
 # module -> ceiling (lines)
 CEILINGS = {
     "src/kubescribe/mirror/kustomize.py": 632,
-    "src/kubescribe/cli.py": 901,
-    "src/kubescribe/controller/manager.py": 812,
+    "src/kubescribe/cli.py": 894,
+    "src/kubescribe/controller/manager.py": 811,
     "src/kubescribe_devenv/cluster.py": 843,
-    "src/kubescribe/controller/desired.py": 639,
+    "src/kubescribe/controller/desired.py": 637,
 }
 
 

@@ -147,6 +147,7 @@ async def run_operator(
         request_authors=att.requests,
         cursors=cursors,
         webhook=wiring.changes_webhook(options, certs.bundle if certs is not None else None),
+        routes=att.routes,
     )
     if stopper is not None:
         stopper.release_leases_with(manager.release_leases)

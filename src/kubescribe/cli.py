@@ -25,7 +25,7 @@ import click
 
 from kubescribe import __version__
 from kubescribe.cli_history import COMMANDS as HISTORY_COMMANDS
-from kubescribe.cli_options import discovery_grace_option, kubeconfig_options
+from kubescribe.cli_options import ATTRIBUTION_WAITS, discovery_grace_option, kubeconfig_options
 from kubescribe.defaults import (
     CA_VALIDITY,
     CERT_VALIDITY,
@@ -263,14 +263,7 @@ def _attribution_options(command: Callable[..., None]) -> Callable[..., None]:
             show_default=True,
             help="Most events in one audit batch (413 beyond).",
         ),
-        click.option(
-            "--attribution-grace",
-            "grace",
-            type=click.FloatRange(min=0),
-            default=3.0,
-            show_default=True,
-            help="Seconds to wait for a change's audit fact before its author is unresolved.",
-        ),
+        *ATTRIBUTION_WAITS,
         click.option(
             "--redis-url",
             envvar=URL_ENV,

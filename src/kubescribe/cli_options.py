@@ -1,5 +1,5 @@
 """Options the command line's modules share: where the kubeconfig is; how long a type may be
-missing from discovery."""
+missing from discovery; how long author lookups wait."""
 
 from __future__ import annotations
 
@@ -47,4 +47,25 @@ discovery_grace_option = click.option(
     show_default=True,
     help="Seconds a served type may be missing from discovery before it counts as removed: "
     "its streams stop and its files are swept (prune Always) or counted as retained.",
+)
+
+ATTRIBUTION_WAITS = (
+    click.option(
+        "--attribution-grace",
+        "grace",
+        type=click.FloatRange(min=0),
+        default=3.0,
+        show_default=True,
+        help="Seconds to wait for a change's audit fact before its author is unresolved.",
+    ),
+    click.option(
+        "--audit-silent-after",
+        "silent_after",
+        type=click.FloatRange(min=0),
+        default=300.0,
+        show_default=True,
+        help="Seconds without any record after which an audit route (or the change webhook) "
+        "is silent: shown in the provider's status, and lookups on it stop waiting out the "
+        "grace (0 = never silent).",
+    ),
 )

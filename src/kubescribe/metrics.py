@@ -250,6 +250,39 @@ AUDIT_LAST_EVENT = Gauge(
     ["route"],
     registry=REGISTRY,
 )
+ROUTE_FACTS = Counter(
+    "kubescribe_attribution_route_facts_total",
+    "Facts indexed per route (an audit route, @admission for the change webhook, @commitrequests),"
+    " also those other replicas received (through Redis).",
+    ["route"],
+    registry=REGISTRY,
+)
+ROUTE_LAST_FACT = Gauge(
+    "kubescribe_attribution_route_last_record_timestamp_seconds",
+    "Unix time a route's last record (a fact, or an audit batch's mark) reached the fact index.",
+    ["route"],
+    registry=REGISTRY,
+)
+ROUTE_TOLD_UNTIL = Gauge(
+    "kubescribe_attribution_route_watermark_timestamp_seconds",
+    "The latest completed request a route's records tell of (its watermark): a change observed"
+    " well before it whose fact is missing waits no longer.",
+    ["route"],
+    registry=REGISTRY,
+)
+ROUTE_SILENT = Gauge(
+    "kubescribe_attribution_route_silent",
+    "1 while a route the resolver reads has had no record for --audit-silent-after.",
+    ["route"],
+    registry=REGISTRY,
+)
+ATTRIBUTION_SETTLED = Counter(
+    "kubescribe_attribution_settled_early_total",
+    "Author lookups that stopped waiting before the grace, by route and why (silent: the route"
+    " has told nothing for --audit-silent-after; watermark: it has told what came later).",
+    ["route", "why"],
+    registry=REGISTRY,
+)
 REDIS_UP = Gauge(
     "kubescribe_redis_up",
     "1 while the last Redis operation of a store (facts) succeeded, 0 after a failure; "

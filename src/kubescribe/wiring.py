@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from kubescribe.attribution.admitted import ROUTE as ADMISSION_ROUTE
 from kubescribe.attribution.admitted import AdmittedAuthors
 from kubescribe.attribution.facts import FactIndex
+from kubescribe.attribution.health import RouteReports, RouteWatch
 from kubescribe.attribution.requests import ROUTE as REQUESTS_ROUTE
 from kubescribe.attribution.requests import RecordedRequestAuthors
 from kubescribe.attribution.resolver import AuditAuthorResolver
@@ -51,6 +52,7 @@ class Attribution:
     resolver: AuthorResolver | None
     requests: CommitRequestAuthors | None
     sources: tuple[str, ...] = ()  # where authors can come from: audit, admission
+    routes: RouteReports | None = None  # the health of the routes the resolver reads
 
 
 # -- the stores: the one place Redis is chosen --------------------------------------------------
@@ -92,11 +94,15 @@ async def attribution(opts: AttributionOptions) -> AsyncIterator[Attribution]:
     try:
         audit = bool(opts.audit_addr or opts.redis)
         admitted = AdmittedAuthors(store) if opts.changes_webhook_url else None
+        watch = RouteWatch(store, opts.silent_after)
         resolver = (
-            AuditAuthorResolver(store, opts.route.name, opts.grace, audit=audit, admitted=admitted)
+            AuditAuthorResolver(
+                store, opts.route.name, opts.grace, audit=audit, admitted=admitted, routes=watch
+            )
             if audit or admitted is not None
             else None
         )
+        own = ((opts.route.name,) if audit else ()) + ((ADMISSION_ROUTE,) if admitted else ())
         requests = RecordedRequestAuthors(store)
         async with attribution_sites(opts, store, requests):
             yield Attribution(
@@ -104,6 +110,7 @@ async def attribution(opts: AttributionOptions) -> AsyncIterator[Attribution]:
                 resolver,
                 requests if opts.webhook_addr or opts.redis else None,
                 sources=(("audit",) if audit else ()) + (("admission",) if admitted else ()),
+                routes=RouteReports(watch, own, audit=audit) if resolver is not None else None,
             )
     finally:
         await store.close()
@@ -133,6 +140,7 @@ def manager(
     request_authors: CommitRequestAuthors | None = None,
     cursors: CursorStore | None = None,
     webhook: ChangeWebhookSource | None = None,
+    routes: RouteReports | None = None,
 ) -> Manager:
     """The manager with every collaborator it runs, built from `settings`."""
     poke = asyncio.Event()
@@ -149,9 +157,13 @@ def manager(
             refresh_interval=settings.credentials_refresh,
             probe_interval=settings.probe_interval,
             on_change=poke.set,
+            routes=routes,
         ),
         clusters=ClusterProviders(
-            client, allow_insecure=settings.allow_insecure_cluster_tls, on_change=poke.set
+            client,
+            allow_insecure=settings.allow_insecure_cluster_tls,
+            on_change=poke.set,
+            routes=routes,
         ),
         encryption=EncryptionResolver(client),
         requests=CommitRequests(client, status, request_authors),

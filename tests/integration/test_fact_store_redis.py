@@ -15,6 +15,7 @@ import redis.asyncio as aioredis
 from kubescribe import metrics
 from kubescribe.attribution.decode import FACT_WRITE, Fact
 from kubescribe.attribution.facts import keyed
+from kubescribe.attribution.health import RouteWatch
 from kubescribe.attribution.requests import RecordedRequestAuthors
 from kubescribe.attribution.resolver import AuditAuthorResolver
 from kubescribe.mirror.authors import Author, ObjectEvent
@@ -144,3 +145,20 @@ async def test_redis_down_costs_sharing_not_facts() -> None:
         await dead.close()
     after = metrics.REGISTRY.get_sample_value("kubescribe_fact_store_errors_total", {"op": "add"})
     assert after == (errors or 0) + 1
+
+
+async def test_a_route_s_watermark_told_to_one_replica_ends_a_wait_on_another(
+    replicas: Callable[..., RedisFactStore],
+) -> None:
+    a, b = replicas(), replicas()
+    await a.start()
+    await b.start()
+    # A delete observed 5 s ago whose fact never comes; the grace is far longer than the test.
+    resolver = AuditAuthorResolver(b, "local", grace=600, routes=RouteWatch(b))
+    gone = ObjectEvent("u-9", "2", "", "configmaps", "ns", "u-9", "DELETE")
+    lookup = asyncio.create_task(resolver.author_of(gone, time.monotonic() - 5))
+    await a.add("local", keyed([write("u-other")], latest=time.time()))
+    assert await asyncio.wait_for(lookup, 60) is None
+    facts, last, told = b.tally("local")
+    assert facts == 1
+    assert 0 < told <= last

@@ -79,9 +79,22 @@ PROVIDER_SPECS = st.one_of(
         ["url", "secretRef", "allowedBranches", "commit", "push", "signing", "attribution"],
     ),
 )
-TARGET_SPECS = _mutated(
-    {"providerRef": {"name": "git"}, "branch": "main", "path": "a"},
-    ["providerRef", "branch", "path", "placement", "noise", "content", "prune", "suspend"],
+TARGET_SPECS = st.one_of(
+    _mutated(
+        {"providerRef": {"name": "git"}, "branch": "main", "path": "a"},
+        ["providerRef", "branch", "path", "placement", "noise", "content", "prune", "suspend"],
+    ),
+    st.builds(  # spec.commit: arbitrary windows and templates past the CRD's checks
+        lambda window, change, group: {
+            "providerRef": {"name": "git"},
+            "branch": "main",
+            "path": "a",
+            "commit": {"commitWindow": window, "message": {"change": change, "group": group}},
+        },
+        st.one_of(st.text(max_size=12), st.from_regex(r"[0-9]{1,30}(ms|s|m|h)", fullmatch=True)),
+        st.text(max_size=20),
+        st.text(max_size=20),
+    ),
 )
 RULE_SPECS = _mutated(
     {"targetRef": {"name": "t"}, "rules": [RULE]},

@@ -8,6 +8,7 @@ from pydantic import AwareDatetime, ConfigDict, Field
 
 from kubescribe.api.schema import (
     BRANCH_RULES,
+    DURATION_PATTERN,
     GIT_NAMES_RULE,
     IMMUTABLE,
     PATH_TEMPLATE_DOC,
@@ -18,6 +19,7 @@ from kubescribe.api.schema import (
     Status,
     cel,
     defaulted,
+    duration_rule,
     list_map,
 )
 
@@ -367,6 +369,36 @@ class KustomizeSpec(ApiModel):
     )
 
 
+_Template = Annotated[str, Field(min_length=1, max_length=4096)]
+
+
+class TargetMessages(ApiModel):
+    """Message templates of this target only; an unset one is the GitProvider's."""
+
+    change: _Template | None = Field(None, description="As the GitProvider's `change` template.")
+    snapshot: _Template | None = Field(None, description="As its `snapshot` template.")
+    group: _Template | None = Field(None, description="As its `group` template.")
+
+
+class TargetCommitSpec(ApiModel):
+    """Commit window and messages of this target; each unset field is the GitProvider's."""
+
+    commit_window: str | None = Field(
+        None,
+        max_length=32,
+        pattern=DURATION_PATTERN,
+        description=(
+            "This target's commit window (the GitProvider's `push.commitWindow` otherwise)."
+            " Windows are per target, so targets sharing a branch each keep their own."
+        ),
+        json_schema_extra=duration_rule("1h"),
+    )
+    max_changes_per_commit: int | None = Field(
+        None, ge=1, le=10000, description="As the GitProvider's `push.maxChangesPerCommit`."
+    )
+    message: TargetMessages | None = Field(None, description="Message templates.")
+
+
 class GitTargetSpec(ApiModel):
     """One folder on one branch of one GitProvider."""
 
@@ -423,6 +455,13 @@ class GitTargetSpec(ApiModel):
         description=(
             "Drop changes made by chosen users, ServiceAccounts or field managers (a GitOps"
             " tool's own writes), so the mirror records only out-of-band changes."
+        ),
+    )
+    commit: TargetCommitSpec | None = Field(
+        None,
+        description=(
+            "Commit window and message templates of this target, overriding the GitProvider's"
+            " field by field (other targets of the provider keep its values)."
         ),
     )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Final, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import AwareDatetime, ConfigDict, Field
 
 from kubescribe.api.schema import (
     DURATION_PATTERN,
@@ -241,8 +241,33 @@ class SigningKeyStatus(ApiModel):
     fingerprint: str = Field(description="OpenSSH SHA256 fingerprint of the key.")
 
 
+class RouteStatus(ApiModel):
+    """How one fact route fed the resolver (refreshed at most once a minute)."""
+
+    name: str = Field(description="Audit route, or `@admission` for the change webhook.")
+    source: Literal["audit", "admission"] = Field(description="audit or admission.")
+    facts: int = Field(ge=0, description="Facts received since the operator started.")
+    last_fact_time: AwareDatetime | None = Field(None, description="When the last record came.")
+    watermark: AwareDatetime | None = Field(
+        None, description="The latest completed request the route has told of."
+    )
+    silent: bool = Field(description="No record for --audit-silent-after: lookups stop waiting.")
+
+
+class AttributionStatus(ApiModel):
+    """The fact routes that name the authors of this provider's (or cluster's) changes."""
+
+    last_fact_time: AwareDatetime | None = Field(None, description="Latest of the routes'.")
+    facts: int = Field(0, ge=0, description="Sum of the routes' facts.")
+    routes: list[RouteStatus] = Field(default_factory=list, description="Each route.")
+
+
 class GitProviderStatus(Status):
     """Observed state of a GitProvider."""
+
+    attribution: AttributionStatus | None = Field(
+        None, description="Health of the audit routes and change webhook (with attribution)."
+    )
 
     normalized_url: str | None = Field(
         None, description="Canonical form of `url`; providers with the same one share writers."
@@ -493,6 +518,9 @@ class ClusterProviderStatus(Status):
 
     server: str | None = Field(None, description="API server URL from the kubeconfig.")
     server_version: str | None = Field(None, description="gitVersion the API server reports.")
+    attribution: AttributionStatus | None = Field(
+        None, description="Health of `spec.auditRoute` (when set and audit is received)."
+    )
 
 
 # --- CommitRequest ------------------------------------------------------------------------

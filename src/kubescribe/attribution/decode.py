@@ -148,6 +148,7 @@ class Decoded:
     facts: list[Fact] = field(default_factory=list)
     events: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
+    latest: float = 0.0  # the latest completed request any event tells of (its stageTimestamp)
 
     @property
     def accepted(self) -> int:
@@ -184,6 +185,8 @@ def decode_events(doc: object, max_events: int | None = None) -> Decoded:
         raise AuditTooLarge(f"{len(items)} events, more than {max_events}")
     out = Decoded(events=len(items))
     for item in items:
+        if isinstance(item, Mapping) and item.get("stage") == "ResponseComplete":
+            out.latest = max(out.latest, _timestamp(item.get("stageTimestamp")))
         reason = _decode_event(item, out.facts)
         if reason is not None:
             out.skipped[reason] += 1

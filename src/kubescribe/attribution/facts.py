@@ -16,6 +16,10 @@ from kubescribe.mirror.authors import Author
 
 Record = Mapping[str, str]
 Keyed = tuple[Sequence[str], Record]
+FACT_MARK = "mark"  # no fact: how far a route has told (a batch's latest completed request)
+RouteTally = tuple[int, float, float]
+"""A route's facts received so far, when the last record arrived (wall clock) and the time its
+records have told everything before (the watermark); 0.0 for nothing yet."""
 
 
 class FactIndex(Protocol):
@@ -31,6 +35,10 @@ class FactIndex(Protocol):
 
     async def wait(self, route: str, timeout: float) -> bool:
         """Return True as soon as `route` gets a new record, False after `timeout` seconds."""
+        ...
+
+    def tally(self, route: str) -> RouteTally:
+        """How much `route` has told, and until when (route health, the watermark)."""
         ...
 
 
@@ -117,5 +125,9 @@ def from_record(record: Record) -> Fact | None:
         return None
 
 
-def keyed(facts: Iterable[Fact]) -> list[Keyed]:
-    return [(keys_of(f), to_record(f)) for f in facts if keys_of(f)]
+def keyed(facts: Iterable[Fact], latest: float = 0.0) -> list[Keyed]:
+    """Records of `facts`, and a mark of `latest` (a stageTimestamp) when there is one."""
+    records: list[Keyed] = [(keys_of(f), to_record(f)) for f in facts if keys_of(f)]
+    if latest > 0:
+        records.append(((), {"kind": FACT_MARK, "completed": repr(latest)}))
+    return records

@@ -14,7 +14,10 @@ Tiers, per observed change (first hit wins; the outcome is counted by tier):
   different authors, the earliest completed one wins only when it completed before each other
   request was received (those can only have returned a version that already existed);
   otherwise nothing proves who wrote the version: `ambiguous`.
-- otherwise `unresolved` (None), after waiting at most `grace` seconds from `observed_at`.
+- otherwise `unresolved` (None), after waiting at most `grace` seconds from `observed_at`, or
+  less once the route has told what came after the change, or went silent
+  (`attribution.health`: the watermark and silence of a route; counted in
+  `kubescribe_attribution_settled_early_total`).
 
 An ambiguous answer is the sentinel author `UNRESOLVED` itself, not None: contradicting facts
 are evidence, and a guess (`inferFromManagedFields`) may only fill in when no fact matched.
@@ -39,6 +42,7 @@ from kubescribe.attribution.facts import (
     from_record,
     version_key,
 )
+from kubescribe.attribution.health import RouteWatch
 from kubescribe.mirror.authors import UNRESOLVED, Author, ObjectEvent
 
 OUTCOME_EXACT = "exact"
@@ -70,6 +74,7 @@ class AuditAuthorResolver:
         wall: Callable[[], float] = time.time,
         audit: bool = True,
         admitted: AdmittedAuthors | None = None,
+        routes: RouteWatch | None = None,
     ) -> None:
         """`audit`: audit facts of `route` can arrive (a receiver runs, or Redis shares them);
         `admitted`: the change admission webhook's facts (the operator's own cluster)."""
@@ -77,6 +82,7 @@ class AuditAuthorResolver:
         self.route = route
         self.audit = audit
         self.admitted = admitted
+        self.routes = routes  # route health: stop waiting for a silent route, or past its mark
         self.unresolved_streak = 0  # changes in a row no source named: a wiring problem
         self.grace = grace
         self.collection_before = collection_before
@@ -98,7 +104,7 @@ class AuditAuthorResolver:
                 outcome, fact = found
                 author = fact.author if fact else UNRESOLVED
                 return self._answer("audit", outcome, started, author)
-            remaining = deadline - self.clock()
+            remaining = self._remaining(event, deadline, observed_wall, own)
             match = admitted.match(event, observed_wall) if admitted is not None else None
             if match is not None and (not self.audit or remaining <= 0):
                 assert admitted is not None
@@ -113,6 +119,20 @@ class AuditAuthorResolver:
                 await admitted.wait(remaining)
             else:
                 return self._answer("none", OUTCOME_UNRESOLVED, started, None)
+
+    def _remaining(
+        self, event: ObjectEvent, deadline: float, observed_wall: float, own: bool
+    ) -> float:
+        """Seconds left to wait for an audit fact: none once the route has settled."""
+        remaining = deadline - self.clock()
+        if remaining <= 0 or self.routes is None or not (self.audit or not own):
+            return remaining
+        route = event.route or self.route
+        why = self.routes.settled(route, observed_wall)
+        if why is None:  # wake when the route would fall silent: no record wakes the wait then
+            return min(remaining, self.routes.silent_in(route) + 0.1)
+        metrics.ATTRIBUTION_SETTLED.labels(route, why).inc()
+        return 0.0
 
     def _answer(
         self, source: str, outcome: str, started: float, author: Author | None

@@ -28,6 +28,7 @@ import structlog
 
 from kubescribe.api import conditions as c
 from kubescribe.api.schema import ConditionStatus
+from kubescribe.attribution.health import RouteReports
 from kubescribe.controller.ownership import secret_data
 from kubescribe.controller.plan import ClusterPlan
 from kubescribe.controller.status import Cond, kstatus
@@ -68,8 +69,10 @@ class ClusterProviders:
         interval: float = 5.0,
         discovery_interval: float = 60.0,
         on_change: Callable[[], None] = lambda: None,
+        routes: RouteReports | None = None,
     ) -> None:
         self.client = client  # the operator's own cluster: where the kubeconfig Secrets are
+        self.routes = routes  # status.attribution: the health of each cluster's audit route
         self.allow_insecure = allow_insecure
         self.interval = interval
         self.discovery_interval = discovery_interval
@@ -115,6 +118,9 @@ class ClusterProviders:
                 extra["server"] = state.server
             if state.version:
                 extra["serverVersion"] = state.version
+        route = plan.spec.audit_route if plan.spec is not None else None
+        if route and self.routes is not None and self.routes.audit:
+            extra["attribution"] = self.routes.status((route,))
         return domain + kstatus(domain, progressing=None), extra
 
     async def close(self) -> None:

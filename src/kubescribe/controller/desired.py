@@ -27,6 +27,7 @@ from kubescribe.api.models import (
     GitProviderSpec,
     WatchRuleSpec,
 )
+from kubescribe.controller.commit_config import CommitConfigError, commit_config
 from kubescribe.controller.plan import (
     NO_AUDIT_ROUTE,
     NOT_EVALUATED,
@@ -46,7 +47,6 @@ from kubescribe.controller.plan import (
 from kubescribe.controller.streams import StreamSpec, merge_operations
 from kubescribe.git.urlpolicy import UrlRefused, check_url
 from kubescribe.kube.discovery import Discovered
-from kubescribe.mirror import messages
 from kubescribe.mirror.changes import TargetKey
 from kubescribe.mirror.ignore import NO_IGNORE, IgnoreRule, InvalidIgnore
 from kubescribe.mirror.layout import (
@@ -59,7 +59,6 @@ from kubescribe.mirror.layout import (
 from kubescribe.mirror.layout import paths_overlap as overlap
 from kubescribe.mirror.noise import NoisePolicy
 from kubescribe.mirror.owned import Content, KeepField
-from kubescribe.mirror.window import parse_duration
 from kubescribe.net.urls import normalize
 
 T = TypeVar("T")
@@ -158,15 +157,9 @@ def plan_provider(obj: Mapping[str, Any], *, allow_file_urls: bool = False) -> P
     except ValidationError as exc:
         return ProviderPlan(key, gen, None, problem=_invalid(exc))
     try:
-        messages.validate(spec.commit.message.change, messages.CHANGE_FIELDS)
-        messages.validate(spec.commit.message.snapshot, messages.SNAPSHOT_FIELDS)
-        messages.validate(spec.commit.message.group, messages.GROUP_FIELDS)
-    except messages.TemplateError as exc:
-        return ProviderPlan(key, gen, spec, problem=Problem(c.INVALID_TEMPLATE, str(exc)))
-    try:
-        parse_duration(spec.push.commit_window)
-    except ValueError as exc:
-        return ProviderPlan(key, gen, spec, problem=Problem(c.INVALID_SPEC, f"spec.push: {exc}"))
+        commit_config(spec)
+    except CommitConfigError as exc:
+        return ProviderPlan(key, gen, spec, problem=Problem(exc.reason, str(exc)))
     try:
         check_url(spec.url, allow_file_urls)
     except UrlRefused as refused:  # its message never repeats credentials found in the URL
@@ -232,10 +225,14 @@ def _plan_target(obj: Mapping[str, Any], providers: Mapping[ObjKey, ProviderPlan
         return TargetPlan(key, gen, spec, provider, problem=Problem(c.INVALID_TEMPLATE, str(exc)))
     try:
         ignore = ignore_of(spec)
+        commit = commit_config(provider.spec, spec.commit)
     except InvalidIgnore as exc:  # an entry stored before the CRD refused it
         return TargetPlan(key, gen, spec, provider, problem=Problem(c.INVALID_IGNORE, str(exc)))
+    except CommitConfigError as exc:
+        return TargetPlan(key, gen, spec, provider, problem=Problem(exc.reason, str(exc)))
+    content = content_of(spec)
     return TargetPlan(
-        key, gen, spec, provider, folder, layout, content=content_of(spec), ignore=ignore
+        key, gen, spec, provider, folder, layout, content=content, ignore=ignore, commit=commit
     )
 
 
@@ -289,6 +286,7 @@ def _reject_overlaps(targets: list[TargetPlan], order: Mapping[TargetKey, tuple[
             plan.layout,
             content=plan.content,
             ignore=plan.ignore,
+            commit=plan.commit,
             path_problem=Problem(
                 c.PATH_OVERLAP,
                 f"path {plan.folder or '.'!r} overlaps GitTarget {clash.key} "

@@ -20,6 +20,7 @@ from kubescribe.api import conditions as c
 from kubescribe.api import events as ev
 from kubescribe.controller.caches import ChangeTrigger, ObjectCache
 from kubescribe.controller.clusters import ClusterProviders
+from kubescribe.controller.commit_config import commit_config
 from kubescribe.controller.commitrequests import CommitRequests, TargetAccess
 from kubescribe.controller.cursors import CursorKeeper
 from kubescribe.controller.desired import compile_plan, source_grants
@@ -58,7 +59,6 @@ from kubescribe.mirror.identity import ResourceType
 from kubescribe.mirror.layout import LOCAL_CLUSTER
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY, NoisePolicy
 from kubescribe.mirror.owned import FULL, Content
-from kubescribe.mirror.window import WindowPolicy, parse_duration
 from kubescribe.waits import wait_event, within
 
 log = structlog.get_logger(__name__)
@@ -486,18 +486,17 @@ class Manager:
 
     def _target_config(self, target: TargetPlan) -> TargetConfig:
         assert target.spec is not None and target.provider is not None and target.provider.spec
-        messages = target.provider.spec.commit.message
-        push = target.provider.spec.push
+        commit = target.commit or commit_config(target.provider.spec, target.spec.commit)
         return TargetConfig(
             key=target.key,
             folder=target.folder,
             layout=target.layout,
             prune=target.prune,
             renderer=self.parts.encryption.renderer(target.key),
-            change_template=messages.change,
-            snapshot_template=messages.snapshot,
-            group_template=messages.group,
-            window=WindowPolicy(parse_duration(push.commit_window), push.max_changes_per_commit),
+            change_template=commit.change,
+            snapshot_template=commit.snapshot,
+            group_template=commit.group,
+            window=commit.window,
             attribution=AttributionMode(target.provider.spec.attribution.mode),
             infer_authors=target.provider.spec.attribution.infer_from_managed_fields,
             kustomize=self._kustomize_config(target),

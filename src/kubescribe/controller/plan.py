@@ -10,6 +10,7 @@ from typing import NamedTuple
 from kubescribe.api import conditions as c
 from kubescribe.api.gittarget import GitTargetSpec
 from kubescribe.api.models import ClusterProviderSpec, GitProviderSpec
+from kubescribe.controller.commit_config import CommitConfig
 from kubescribe.controller.streams import StreamSpec
 from kubescribe.mirror.changes import PruneMode, TargetKey
 from kubescribe.mirror.ignore import NO_IGNORE, IgnoreRule
@@ -91,6 +92,7 @@ class TargetPlan:
     noise: NoisePolicy | None = None  # None: the operator's policy
     content: Content = FULL
     ignore: IgnoreRule = NO_IGNORE
+    commit: CommitConfig | None = None  # set on every target without a problem
 
     @property
     def writable(self) -> bool:

@@ -46,6 +46,7 @@ import structlog
 from kubescribe import metrics
 from kubescribe.api import conditions as c
 from kubescribe.api.models import GitProviderSpec
+from kubescribe.attribution.health import RouteReports
 from kubescribe.controller.keysecrets import SecretUnavailable
 from kubescribe.controller.plan import ObjKey, Plan, Problem, ProviderPlan, WorkerKey
 from kubescribe.controller.provider_evidence import NOT_PROBED, Evidence, combine, push_evidence
@@ -108,8 +109,10 @@ class Providers:
         refresh_interval: float = 10.0,
         probe_interval: float = 300.0,
         on_change: Callable[[], None] | None = None,
+        routes: RouteReports | None = None,
     ) -> None:
         self.client = client
+        self.routes = routes  # status.attribution: the health of the resolver's own routes
         self.allow_file_urls = allow_file_urls
         self.refresh_interval = refresh_interval
         self.probe_interval = probe_interval
@@ -267,6 +270,8 @@ class Providers:
         extra: dict[str, Any] = {}
         if plan.normalized_url:
             extra["normalizedUrl"] = plan.normalized_url
+        if self.routes is not None and self.routes.own:
+            extra["attribution"] = self.routes.status()
         if plan.problem is not None:
             validated = Cond(c.VALIDATED, "False", plan.problem.reason, plan.problem.message)
             return [validated, *kstatus([validated], progressing=None)], extra

@@ -27,14 +27,13 @@ import structlog
 
 from kubescribe import metrics
 from kubescribe.api import conditions as c
-from kubescribe.api import events as ev
 from kubescribe.git.build import Outcome, RequestResult
 from kubescribe.git.cachequota import CacheQuotaExceeded, NamespaceCache
 from kubescribe.git.intake import Intake
+from kubescribe.git.notices import Failures, write_notices
 from kubescribe.git.records import (
     Group,
     Item,
-    Notice,
     RequestHandle,
     RequestOutcome,
     Skipped,
@@ -414,7 +413,13 @@ class BranchWorker:
         report = replace(
             result,
             message=message,
-            notices=self._notices(result, last, outcome),
+            notices=write_notices(
+                result,
+                last,
+                outcome,
+                Failures(self._failures, self._failing_since, self._failed_reason),
+                time.time(),
+            ),
         )
         if result.commit is None:
             report = replace(report, commit=last.commit, pushed_at=last.pushed_at)
@@ -438,46 +443,6 @@ class BranchWorker:
         metrics.TARGET_REFUSED.labels(target).set(len(unwritten))
         if pushed_at is not None:
             metrics.LAST_PUSH.labels(target).set(pushed_at)
-
-    def _notices(
-        self, result: WriteReport, last: WriteReport, outcome: Outcome
-    ) -> tuple[Notice, ...]:
-        """What this write tells beyond Ready: the end of an outage, a rebuild on someone
-        else's commit, documents newly refused."""
-        notices: list[Notice] = []
-        done = f"pushed {result.commit[:12]}" if result.commit else "up to date again"
-        if self._failures:
-            since = self._failing_since or time.time()
-            notices.append(
-                Notice(
-                    "Normal",
-                    ev.PUSH_RECOVERED,
-                    f"Writes work again ({done}) after {self._failures} failed attempt(s) over"
-                    f" {max(0.0, time.time() - since):.0f}s; the last failure was"
-                    f" {self._failed_reason}",
-                )
-            )
-        if outcome.rebuilds and result.commit is not None:
-            notices.append(
-                Notice(
-                    "Normal",
-                    ev.REBUILT,
-                    f"The branch moved under this writer (a commit it did not write:"
-                    f" {(outcome.base or 'none')[:12]}); the batch was rebuilt on it"
-                    f" {outcome.rebuilds} time(s) and {done}",
-                )
-            )
-        before = {f.identity for f in last.failing}
-        new = [
-            r for r in result.refused if r.identity not in before and r.reason != c.RENDER_MISMATCH
-        ]
-        if new:
-            listed = "; ".join(
-                f"{r.identity.kind} {r.identity.ref}: {r.message} ({r.reason})" for r in new[:3]
-            )
-            more = f" (and {len(new) - 3} more)" if len(new) > 3 else ""
-            notices.append(Notice("Warning", ev.DOCUMENT_REFUSED, f"Not written: {listed}{more}"))
-        return tuple(notices)
 
     def _skipped(self, batch: list[Item]) -> None:
         """Acknowledge dropped changes (`spec.ignore`) at once: everything queued before

@@ -47,6 +47,7 @@ class AttributionOptions:
     audit_max_body: int = DEFAULT_MAX_BODY
     audit_max_events: int = DEFAULT_MAX_EVENTS
     grace: float = 3.0
+    silent_after: float = 300.0
     redis: RedisOptions | None = None  # share facts (and cursors) through Redis
     webhook_addr: str = ""
     webhook_tls_cert: Path | None = None

@@ -166,7 +166,7 @@ def audit_app(
         _count(decoded)
         metrics.AUDIT_LAST_EVENT.labels(route.name).set(time.time())
         try:
-            await facts.add(route.name, keyed(decoded.facts))
+            await facts.add(route.name, keyed(decoded.facts, decoded.latest))
         except Exception as exc:  # the index is ours; never let it take the receiver down
             log.error("audit.store_failed", route=route.name, error=str(exc))
             return refuse(503, "fact_index_failed", "fact index unavailable", name, peer)

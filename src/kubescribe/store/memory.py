@@ -10,6 +10,7 @@ on a route wake when it gets new records.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
@@ -18,6 +19,7 @@ from kubescribe import metrics
 from kubescribe.waits import wait_event
 
 Record = Mapping[str, str]
+MARK = "mark"  # a record that only says how far a route has told (`attribution.facts`)
 
 
 class _Route:
@@ -27,10 +29,13 @@ class _Route:
         self.limit = limit
         self.entries: OrderedDict[int, tuple[tuple[str, ...], Record, float]] = OrderedDict()
         self.index: dict[str, deque[int]] = {}
+        self.facts = 0  # records ever indexed (marks apart), for route health
+        self.last_at = 0.0  # wall clock of the last record
+        self.told_until = 0.0  # the latest `completed` of its records, never past `last_at`
 
 
 class MemoryFactStore:
-    """Implements the attribution fact-index protocol (`add`, `find`, `wait`).
+    """Implements the attribution fact-index protocol (`add`, `find`, `wait`, `tally`).
 
     `max_records` bounds each route; `limits` gives some routes another bound.
     """
@@ -41,6 +46,7 @@ class MemoryFactStore:
         retention: float = 900.0,
         clock: Callable[[], float] = time.monotonic,
         limits: Mapping[str, int] | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         if max_records < 1 or any(n < 1 for n in (limits or {}).values()):
             raise ValueError("record bounds must be at least 1")
@@ -48,6 +54,7 @@ class MemoryFactStore:
         self.limits = dict(limits or {})
         self.retention = retention
         self.clock = clock
+        self.wall = wall
         self._seq = 0
         self._routes: dict[str, _Route] = {}
         self._events: dict[str, asyncio.Event] = {}
@@ -78,10 +85,35 @@ class MemoryFactStore:
             for key in key_tuple:
                 held.index.setdefault(key, deque()).append(self._seq)
         self._evict(route, held, now)
+        self._tell(route, held, records)
         metrics.FACTS.labels(route).set(len(held.entries))
         event = self._events.pop(route, None)
         if event is not None:
             event.set()
+
+    def tally(self, route: str) -> tuple[int, float, float]:
+        """Facts indexed for `route`, wall time of its last record, its watermark."""
+        held = self._routes.get(route)
+        return (held.facts, held.last_at, held.told_until) if held else (0, 0.0, 0.0)
+
+    def _tell(
+        self, route: str, held: _Route, records: Sequence[tuple[Sequence[str], Record]]
+    ) -> None:
+        """Route health: count, arrival and how far the records tell (a `completed` time read
+        from a record is clamped to now: a clock ahead, or a hostile one, cannot claim later)."""
+        held.last_at = now = self.wall()
+        facts = sum(1 for _, r in records if r.get("kind") != MARK)
+        held.facts += facts
+        for _, record in records:
+            try:
+                told = float(record.get("completed", "0"))
+            except (TypeError, ValueError):
+                continue
+            if not math.isnan(told):
+                held.told_until = max(held.told_until, min(told, now))
+        metrics.ROUTE_FACTS.labels(route).inc(facts)
+        metrics.ROUTE_LAST_FACT.labels(route).set(now)
+        metrics.ROUTE_TOLD_UNTIL.labels(route).set(held.told_until)
 
     def find(self, route: str, key: str) -> Sequence[Record]:
         held = self._routes.get(route)

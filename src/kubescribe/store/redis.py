@@ -42,7 +42,7 @@ Record = Mapping[str, str]
 
 
 class RedisFactStore:
-    """Implements the attribution fact-index protocol (`add`, `find`, `wait`) over Redis."""
+    """The attribution fact-index protocol (`add`, `find`, `wait`, `tally`) over Redis."""
 
     def __init__(
         self,
@@ -122,6 +122,10 @@ class RedisFactStore:
     async def wait(self, route: str, timeout: float) -> bool:
         self.follow(route)
         return await self.local.wait(route, timeout)
+
+    def tally(self, route: str) -> tuple[int, float, float]:
+        self.follow(route)
+        return self.local.tally(route)
 
     def follow(self, route: str) -> None:
         """Tail `route`'s stream from `retention` seconds ago (once per route)."""
