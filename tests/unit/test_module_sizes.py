@@ -3,6 +3,7 @@ the ones already past it never grow past their ceiling."""
 
 from __future__ import annotations
 
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "hack" / "module_sizes.py"
+DESIRED = "src/kubescribe/controller/desired.py"
+CEILING: int = runpy.run_path(str(SCRIPT))["CEILINGS"][DESIRED]  # moves down as it shrinks
 
 
 def sizes(root: Path) -> subprocess.CompletedProcess[str]:
@@ -39,8 +42,8 @@ def test_the_repository_passes() -> None:
     [
         ({"big": 601}, "src/kubescribe/big.py: 601 lines, the limit is 600: split it"),
         (
-            {"controller__desired": 640},
-            "src/kubescribe/controller/desired.py: 640 lines, its ceiling is 639: split it",
+            {"controller__desired": CEILING + 1},
+            f"{DESIRED}: {CEILING + 1} lines, its ceiling is {CEILING}: split it",
         ),
     ],
 )
@@ -53,7 +56,7 @@ def test_a_module_past_its_limit_fails(
 
 
 def test_modules_within_their_limits_pass_and_a_shrunk_ceiling_is_named(tmp_path: Path) -> None:
-    result = sizes(tree(tmp_path, exact=600, controller__desired=620))
+    result = sizes(tree(tmp_path, exact=600, controller__desired=CEILING - 10))
     assert result.returncode == 0, result.stderr
-    assert "may come down: src/kubescribe/controller/desired.py: 620 lines" in result.stderr
+    assert f"may come down: {DESIRED}: {CEILING - 10} lines" in result.stderr
     assert "exact.py" not in result.stderr
