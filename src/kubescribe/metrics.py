@@ -111,6 +111,19 @@ TARGET_STREAMS = Gauge(
     "Target streams (a target's type in a namespace, or cluster-wide) the watch streams feed.",
     registry=REGISTRY,
 )
+GIT_POOL_SIZE = Gauge(
+    "kubescribe_git_pool_threads",
+    "Threads of the pool that does the writers' Git work.",
+    registry=REGISTRY,
+)
+GIT_POOL_BUSY = Gauge(
+    "kubescribe_git_pool_busy", "Git pool threads doing a writer's work now.", registry=REGISTRY
+)
+GIT_POOL_WAITING = Gauge(
+    "kubescribe_git_pool_waiting",
+    "Writers' Git calls waiting for a pool thread (at most one per writer).",
+    registry=REGISTRY,
+)
 THREADS = Gauge(
     "kubescribe_threads",
     "Threads of the operator process (native ones included where /proc tells).",

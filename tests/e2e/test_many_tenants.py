@@ -16,6 +16,8 @@ from tests.manifests import CM_RULE, cm_path, configmap, provider, target, watch
 from tests.support import Operator, manifest, metric, operators, stays, wait_for
 
 TENANTS = 30
+# Threads beside the Git pool's: the event loop's, its default executor's, the probes' pool.
+OTHER_THREADS = 16
 CONFIGMAPS = 'resource="core/v1/configmaps"'
 DEPLOY = Path(__file__).parents[2] / "deploy" / "kubescribe.yaml"
 
@@ -82,6 +84,10 @@ def test_many_tenants_share_one_watch_per_type_and_join_and_leave_without_a_new_
             _mirrored(remotes, "a", "b")
             assert metric(op, "kubescribe_watch_streams", CONFIGMAPS) == 1
             assert metric(op, "kubescribe_target_streams") == TENANTS
+            pool = metric(op, "kubescribe_git_pool_threads")
+            threads = metric(op, "kubescribe_threads")
+            assert 0 < pool < TENANTS
+            assert threads <= pool + OTHER_THREADS < TENANTS, f"{threads} threads"
             # A change in one tenant reaches its remote only.
             first, second = list(remotes)[:2]
             cp.apply(manifest(configmap("c", first, {"late": "1"})))

@@ -1,8 +1,9 @@
 """The branch worker: the single writer of one (repository, branch).
 
 Items (changes and snapshots) are queued in order. The worker drains everything queued into a
-batch and, on its own thread, builds one commit per item on the remote tip, in memory, then
-pushes the chain once. Items queued meanwhile ride in the next push: no cooldown.
+batch and, on a thread of the Git pool (`git.pool`), builds one commit per item on the remote
+tip, in memory, then pushes the chain once. Items queued meanwhile ride in the next push: no
+cooldown.
 
 What Git must hold is derived from the items (cluster state) and the remote tree alone. When a
 push is rejected, the same batch is rebuilt from scratch on the new remote tip (foreign commits
@@ -19,7 +20,6 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from kubescribe.api import events as ev
 from kubescribe.git.build import Outcome, RequestResult
 from kubescribe.git.cachequota import CacheQuotaExceeded, NamespaceCache
 from kubescribe.git.intake import Intake
+from kubescribe.git.pool import GitPool, Lane, shared_pool
 from kubescribe.git.records import (
     Group,
     Item,
@@ -74,7 +75,8 @@ class BranchWorker:
     """The single writer for one (normalized URL, branch).
 
     `submit`, `configure`, `start` and `stop` are called on the event loop; `on_report` and
-    `on_pushed` are called on that loop too. All Git work runs on the worker's own thread.
+    `on_pushed` are called on that loop too. All Git work runs on the process's Git thread pool
+    (`git.pool`), one call at a time.
     """
 
     def __init__(
@@ -92,6 +94,7 @@ class BranchWorker:
         clock: Callable[[], float] = time.monotonic,
         max_queued: int = MAX_QUEUED,
         cache_quota: NamespaceCache | None = None,
+        pool: GitPool | None = None,
     ) -> None:
         self.url = url
         self.branch = branch
@@ -109,7 +112,8 @@ class BranchWorker:
         self._retry_now = asyncio.Event()
         self._upkeep_due = False
         self._task: asyncio.Task[None] | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._pool = pool
+        self._lane: Lane | None = None
         self._series = f"{self.key[0]}#{branch}"  # the `branch` label of its metrics
         self._queue_depth = metrics.QUEUE_DEPTH.labels(self._series)
         self._waited = metrics.BACKPRESSURE.labels(self._series)
@@ -238,7 +242,7 @@ class BranchWorker:
     def start(self) -> None:
         if self._task is not None:
             raise RuntimeError("branch worker already started")
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="kubescribe-git")
+        self._lane = (self._pool or shared_pool()).lane()
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"branch-worker {self.key[0]}#{self.branch}"
         )
@@ -269,10 +273,9 @@ class BranchWorker:
                 item.request.finish(
                     RequestOutcome(c.WORKER_STOPPED, "The branch worker stopped", self.branch)
                 )
-        if self._executor is not None:
-            self._executor.submit(self._writer.close)
-            self._executor.shutdown(wait=False)
-            self._executor = None
+        if self._lane is not None:
+            self._lane.later(self._writer.close)
+            self._lane = None
         self._forget_series()
         return flushed
 
@@ -302,8 +305,9 @@ class BranchWorker:
         return len(self._queue) + len(self._unpushed) + self._intake.pending
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._writer.warm_up, dict(self._targets))
+        lane = self._lane
+        assert lane is not None
+        await lane.run(self._writer.warm_up, dict(self._targets))
         failures = 0
         while True:
             self._intake.close_due()
@@ -321,9 +325,7 @@ class BranchWorker:
             targets = dict(self._targets)
             self._upkeep_due = False
             try:
-                outcome = await loop.run_in_executor(
-                    self._executor, self._writer.write, batch, targets, self._busy
-                )
+                outcome = await lane.run(self._writer.write, batch, targets, self._busy)
             except Exception as exc:  # every failure keeps the batch
                 failures += 1
                 self._failures = failures
