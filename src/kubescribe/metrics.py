@@ -124,6 +124,12 @@ GIT_POOL_WAITING = Gauge(
     "Writers' Git calls waiting for a pool thread (at most one per writer).",
     registry=REGISTRY,
 )
+WRITER_RELEASES = Counter(
+    "kubescribe_writer_idle_releases_total",
+    "Times an idle writer closed its clone and dropped its build cache (rebuilt at its next"
+    " write).",
+    registry=REGISTRY,
+)
 THREADS = Gauge(
     "kubescribe_threads",
     "Threads of the operator process (native ones included where /proc tells).",

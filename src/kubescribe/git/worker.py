@@ -28,6 +28,7 @@ import structlog
 from kubescribe import metrics
 from kubescribe.api import conditions as c
 from kubescribe.api import events as ev
+from kubescribe.git.batches import collapse
 from kubescribe.git.build import Outcome, RequestResult
 from kubescribe.git.cachequota import CacheQuotaExceeded, NamespaceCache
 from kubescribe.git.intake import Intake
@@ -60,7 +61,7 @@ from kubescribe.git.targets import (
 )
 from kubescribe.git.writer import CacheUnwritable, Writer
 from kubescribe.mirror.authors import Author, AuthorResolver
-from kubescribe.mirror.changes import Change, Cursor, TargetKey
+from kubescribe.mirror.changes import Cursor, TargetKey
 from kubescribe.mirror.layout import paths_overlap
 from kubescribe.net.urls import normalize
 from kubescribe.waits import wait_event, within
@@ -68,6 +69,7 @@ from kubescribe.waits import wait_event, within
 log = structlog.get_logger(__name__)
 
 # Items waiting for the writer before producers wait (`BranchWorker.room`).
+IDLE_RELEASE = 300.0  # seconds
 MAX_QUEUED = 10_000
 
 
@@ -95,6 +97,7 @@ class BranchWorker:
         max_queued: int = MAX_QUEUED,
         cache_quota: NamespaceCache | None = None,
         pool: GitPool | None = None,
+        idle_release: float | None = IDLE_RELEASE,
     ) -> None:
         self.url = url
         self.branch = branch
@@ -113,6 +116,10 @@ class BranchWorker:
         self._upkeep_due = False
         self._task: asyncio.Task[None] | None = None
         self._pool = pool
+        # Seconds without work after which the clone is closed and the build cache dropped
+        # (both come back at the next write); None: kept.
+        self._idle_release = idle_release
+        self._released = False
         self._lane: Lane | None = None
         self._series = f"{self.key[0]}#{branch}"  # the `branch` label of its metrics
         self._queue_depth = metrics.QUEUE_DEPTH.labels(self._series)
@@ -324,6 +331,7 @@ class BranchWorker:
                 continue
             targets = dict(self._targets)
             self._upkeep_due = False
+            self._released = False
             try:
                 outcome = await lane.run(self._writer.write, batch, targets, self._busy)
             except Exception as exc:  # every failure keeps the batch
@@ -346,12 +354,25 @@ class BranchWorker:
         return bool(self._queue)
 
     async def _idle(self) -> None:
-        """Wait for an item, or until the next commit window deadline."""
+        """Wait for an item, or until the next commit window deadline; a writer idle for
+        `idle_release` seconds lets go of its clone and caches meanwhile."""
         deadline = self._intake.next_deadline()
         if deadline is None:
-            await self._wake.wait()
+            if self._released or self._idle_release is None:
+                await self._wake.wait()
+            elif not await wait_event(self._wake, self._idle_release):
+                await self._release()
             return
         await wait_event(self._wake, deadline - self._clock())
+
+    async def _release(self) -> None:
+        lane = self._lane
+        if lane is None or self._stopping:
+            return
+        self._released = True
+        await lane.run(self._writer.close)
+        metrics.WRITER_RELEASES.inc()
+        self._log.debug("writer.idle_released")
 
     def _succeeded(self, batch: list[Item], outcome: Outcome) -> None:
         targets = {item.target for item in batch if item.target not in outcome.unknown}
@@ -495,7 +516,7 @@ class BranchWorker:
                     item.request.progress(reason, f"Push failed, retrying: {message}")
                 else:
                     item.request.finish(self._not_written(item.target))
-        kept, dropped = _collapse([i for i in batch if i.target in targets])
+        kept, dropped = collapse([i for i in batch if i.target in targets])
         self._unpushed = kept
         self._collapsed_cursors += dropped
         self._depth_changed()
@@ -576,21 +597,3 @@ def _retry_cap(exc: Exception) -> float:
     if isinstance(exc, CacheUnwritable | LocalRefMissing | CacheBusy):
         return RETRY_MAX_UNREACHABLE  # space, or the other writer's turn, may end any moment
     return RETRY_MAX
-
-
-def _collapse(items: list[Item]) -> tuple[list[Item], list[Cursor]]:
-    """Drop changes superseded by a later change of the same object (the later one decides
-    the file; snapshots in between touch it no differently). Returns the kept items and the
-    cursors of the dropped ones, which are acknowledged with the push that carries the rest."""
-    last = {
-        (item.target, item.identity): i for i, item in enumerate(items) if isinstance(item, Change)
-    }
-    kept: list[Item] = []
-    dropped: list[Cursor] = []
-    for i, item in enumerate(items):
-        if isinstance(item, Change) and last[(item.target, item.identity)] != i:
-            if item.cursor is not None:
-                dropped.append(item.cursor)
-        else:
-            kept.append(item)
-    return kept, dropped
