@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import platform
+import threading
 from collections.abc import Callable
 
 import pygit2
@@ -98,12 +99,62 @@ BACKLOG_LOOKUPS = Counter(
     ["gvr", "kind"],
     registry=REGISTRY,
 )
-STREAMS = Gauge("kubescribe_watch_streams", "Watch streams running.", registry=REGISTRY)
+STREAMS = Gauge(
+    "kubescribe_watch_streams",
+    "Watch connections held for mirrored types, by resource (group/version/resource): one per"
+    " type where the operator may read it in every namespace, else one per target and namespace.",
+    ["resource"],
+    registry=REGISTRY,
+)
+TARGET_STREAMS = Gauge(
+    "kubescribe_target_streams",
+    "Target streams (a target's type in a namespace, or cluster-wide) the watch streams feed.",
+    registry=REGISTRY,
+)
+GIT_POOL_SIZE = Gauge(
+    "kubescribe_git_pool_threads",
+    "Threads of the pool that does the writers' Git work.",
+    registry=REGISTRY,
+)
+GIT_POOL_BUSY = Gauge(
+    "kubescribe_git_pool_busy", "Git pool threads doing a writer's work now.", registry=REGISTRY
+)
+GIT_POOL_WAITING = Gauge(
+    "kubescribe_git_pool_waiting",
+    "Writers' Git calls waiting for a pool thread (at most one per writer).",
+    registry=REGISTRY,
+)
+WRITER_RELEASES = Counter(
+    "kubescribe_writer_idle_releases_total",
+    "Times an idle writer closed its clone and dropped its build cache (rebuilt at its next"
+    " write).",
+    registry=REGISTRY,
+)
 DISCOVERY_MISSING = Gauge(
     "kubescribe_discovery_missing_types",
     "Served types missing from discovery, still within the discovery grace.",
     registry=REGISTRY,
 )
+THREADS = Gauge(
+    "kubescribe_threads",
+    "Threads of the operator process (native ones included where /proc tells).",
+    registry=REGISTRY,
+)
+
+
+def _threads() -> float:
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Threads:"):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return float(threading.active_count())
+
+
+THREADS.set_function(_threads)
+_STREAM_RESOURCES: set[str] = set()
 COMMITS = Counter(
     "kubescribe_commits_total",
     "Commits created, by kind (change, snapshot).",
@@ -504,3 +555,15 @@ CACHE_QUOTA = Gauge(
     " 0: no quota).",
     registry=REGISTRY,
 )
+
+
+def export_streams(connections: dict[str, int], target_streams: int) -> None:
+    """The watch connections per resource now (a resource no longer watched leaves no series)."""
+    for gone in _STREAM_RESOURCES - connections.keys():
+        with contextlib.suppress(KeyError):
+            STREAMS.remove(gone)
+    for resource, count in connections.items():
+        STREAMS.labels(resource).set(count)
+    _STREAM_RESOURCES.clear()
+    _STREAM_RESOURCES.update(connections)
+    TARGET_STREAMS.set(target_streams)

@@ -86,7 +86,8 @@ def test_a_resume_from_a_cursor_older_than_the_last_push_commits_nothing(
     cp, ns = crds, namespace
     prefix = f"replay-{uuid.uuid4().hex[:8]}:"
     flags = (f"--redis-url={redis_server.url}", f"--redis-key-prefix={prefix}")
-    cursors = Cursors(redis_server, prefix, f"{ns}/mirror|core/v1/configmaps|{ns}")
+    # One replica: the stream of every target's ConfigMaps is one, with one cursor.
+    cursors = Cursors(redis_server, prefix, "shared|core/v1/configmaps")
     first = Operator(cp, tmp_path / "first", *flags).start()
     try:
         setup_mirror(cp, ns, remote)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-from kubescribe.controller.manager import streams_condition
+from kubescribe.controller.watches import streams_condition
 from kubescribe.mirror.identity import ResourceType
 
 CM = ResourceType("", "v1", "configmaps", "ConfigMap", True)
@@ -14,11 +13,9 @@ SVC = ResourceType("", "v1", "services", "Service", True)
 
 
 def running(rtype: ResourceType, *, synced: bool, forbidden: str | None = None) -> Any:
-    event = asyncio.Event()
-    if synced:
-        event.set()
-    informer = SimpleNamespace(synced=event, forbidden=forbidden, namespace="team")
-    return SimpleNamespace(spec=SimpleNamespace(rtype=rtype), informer=informer)
+    return SimpleNamespace(
+        spec=SimpleNamespace(rtype=rtype), synced=synced, forbidden=forbidden, where="team"
+    )
 
 
 def test_streams_running_counts_synced_streams() -> None:

@@ -67,10 +67,10 @@ class StreamJournal:
         self._entries: deque[tuple[str, ObjectKey, bool]] = deque()
         self._in_flight = 0  # changes submitted to the worker and not yet acknowledged
 
-    def snapshot(self, rv: str, keys: Iterable[ObjectKey]) -> None:
+    def snapshot(self, rv: str, keys: Iterable[ObjectKey], count: int = 1) -> None:
         self._entries.clear()
         self._snapshot = (rv, frozenset(keys))
-        self._in_flight += 1
+        self._in_flight += count
 
     @property
     def settled(self) -> bool:
@@ -82,9 +82,14 @@ class StreamJournal:
         and nothing of this stream is waiting in the worker)."""
         self._entries.append((rv, key, present))
         if submitted:
-            self._in_flight += 1
+            self._in_flight += int(submitted)
             return False
         return self._in_flight == 0
+
+    def acknowledge(self, versions: list[str]) -> Save | None:
+        """Changes carrying these resourceVersions were pushed (by the one worker this stream
+        feeds, in order): the last covers the others."""
+        return self.ack(max(versions, key=_version), len(versions))
 
     def ack(self, rv: str, count: int) -> Save | None:
         """`count` changes were pushed, the last at `rv`: what to save now."""
@@ -105,6 +110,62 @@ class StreamJournal:
         return save
 
 
+class SharedJournal(StreamJournal):
+    """The journal of a stream shared by several targets (`controller.fanout`): their writers
+    push in their own order, so the cursor moves only up to the last event before the oldest
+    submission not yet acknowledged, never past a change another writer still holds."""
+
+    def __init__(self, stream: str, fingerprint: str) -> None:
+        super().__init__(stream, fingerprint)
+        self._waiting: dict[str, int] = {}  # resourceVersion -> submissions not yet pushed
+
+    def _wait(self, rv: str, count: int) -> None:
+        if count > 0:
+            self._waiting[rv] = self._waiting.get(rv, 0) + count
+            self._in_flight += count
+
+    def snapshot(self, rv: str, keys: Iterable[ObjectKey], count: int = 1) -> None:
+        self._entries.clear()
+        self._snapshot = (rv, frozenset(keys))
+        self._wait(rv, count)
+
+    def hold(self, rv: str, count: int = 1) -> None:
+        """Keep the cursor before `rv` until as many acknowledgements of it came (a target
+        joining the stream: its own snapshot, and what it buffered meanwhile)."""
+        self._wait(rv, count)
+
+    def event(self, rv: str, key: ObjectKey, present: bool, *, submitted: bool | int) -> bool:
+        self._entries.append((rv, key, present))
+        self._wait(rv, int(submitted))
+        return not submitted and self._in_flight == 0
+
+    def ack(self, rv: str, count: int) -> Save | None:
+        return self.acknowledge([rv] * count)
+
+    def acknowledge(self, versions: list[str]) -> Save | None:
+        for rv in versions:
+            left = self._waiting.get(rv, 0) - 1
+            if left > 0:
+                self._waiting[rv] = left
+            else:
+                self._waiting.pop(rv, None)
+        self._in_flight = sum(self._waiting.values())
+        floor = min((_version(rv) for rv in self._waiting), default=float("inf"))
+        save: Save | None = None
+        if self._snapshot is not None:
+            if _version(self._snapshot[0]) >= floor:
+                return None  # the snapshot itself is not in Git yet
+            save = Save(self._snapshot[0], True, set(self._snapshot[1]))
+            self._snapshot = None
+        while self._entries and _version(self._entries[0][0]) < floor:
+            rv, key, present = self._entries.popleft()
+            save = save or Save(rv)
+            (save.removed.discard if present else save.added.discard)(key)
+            (save.added.add if present else save.removed.add)(key)
+            save.resource_version = rv
+        return save
+
+
 class CursorKeeper:
     def __init__(self, store: CursorStore) -> None:
         self.store = store
@@ -118,6 +179,11 @@ class CursorKeeper:
     def journal(self, stream: str, fingerprint: str) -> StreamJournal:
         self._stopped.discard(stream)
         journal = self._journals[stream] = StreamJournal(stream, fingerprint)
+        return journal
+
+    def shared_journal(self, stream: str, fingerprint: str) -> SharedJournal:
+        self._stopped.discard(stream)
+        journal = self._journals[stream] = SharedJournal(stream, fingerprint)
         return journal
 
     def drop(self, stream: str) -> None:
@@ -138,15 +204,12 @@ class CursorKeeper:
 
     def acked(self, cursors: Iterable[Cursor]) -> None:
         """The worker pushed changes carrying these cursors (called on the event loop)."""
-        last: dict[str, tuple[str, int]] = {}
+        versions: dict[str, list[str]] = {}
         for cursor in cursors:
-            rv, count = last.get(cursor.stream, ("", 0))
-            if not rv or _version(cursor.resource_version) >= _version(rv):
-                rv = cursor.resource_version
-            last[cursor.stream] = (rv, count + 1)
-        for stream, (rv, count) in last.items():
+            versions.setdefault(cursor.stream, []).append(cursor.resource_version)
+        for stream, acked in versions.items():
             journal = self._journals.get(stream)
-            if journal is not None and (save := journal.ack(rv, count)) is not None:
+            if journal is not None and (save := journal.acknowledge(acked)) is not None:
                 self._queue(stream, save)
 
     def acked_at_once(self, stream: str, rv: str) -> None:

@@ -42,8 +42,9 @@ from kubescribe.controller.status import (
     StatusWriter,
     kstatus,
 )
-from kubescribe.controller.streams import StreamSpec, TargetStream
+from kubescribe.controller.streams import StreamSpec
 from kubescribe.controller.tenantreads import TenantReadReviews
+from kubescribe.controller.watches import Watches, streams_condition
 from kubescribe.controller.webhooks import NAME as WEBHOOK_NAME
 from kubescribe.controller.webhooks import ChangeWebhook
 from kubescribe.git.cachequota import NamespaceCache
@@ -54,11 +55,10 @@ from kubescribe.kube.client import ApiError, KubeClient
 from kubescribe.kube.discovery import discover
 from kubescribe.kube.informer import Informer, as_is
 from kubescribe.mirror.authors import AttributionMode, AuthorResolver
-from kubescribe.mirror.changes import Cursor, PruneMode, TargetKey
+from kubescribe.mirror.changes import Cursor, TargetKey
 from kubescribe.mirror.identity import ResourceType
 from kubescribe.mirror.layout import LOCAL_CLUSTER
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY, NoisePolicy
-from kubescribe.mirror.owned import FULL, Content
 from kubescribe.waits import wait_event, within
 
 log = structlog.get_logger(__name__)
@@ -133,17 +133,6 @@ class Parts:
 
 
 @dataclass
-class _Running:
-    spec: StreamSpec
-    informer: Informer[Any]
-    task: asyncio.Task[None]
-    noise: NoisePolicy | None = None  # the target's policy it was started with
-    admitted: tuple[frozenset[str], ...] | None = None  # namespaces it admits (see StreamSpec)
-    content: Content = FULL  # the target's content mode it was started with
-    prune: PruneMode | None = None  # the target's prune mode it was started with
-
-
-@dataclass
 class Manager:
     client: KubeClient
     settings: Settings
@@ -155,11 +144,18 @@ class Manager:
         self._namespaces = ObjectCache(self.parts.poke)
         self._discovery_poke = asyncio.Event()
         self._types = DiscoveredTypes(self.settings.discovery_grace)
-        self._streams: dict[str, _Running] = {}
+        self._watches = Watches(
+            self.parts.cursors,
+            self.parts.poke,
+            self.settings.noise,
+            self._client_of,
+            # Several replicas: a target's stream moves with its writer's Lease and resumes from
+            # the target's own cursor, so streams stay per target there.
+            share=not self.settings.replica_id,
+        )
         self._workers: dict[WorkerKey, BranchWorker] = {}
         self._stopping: dict[WorkerKey, asyncio.Task[None]] = {}
         self._namespace_caches: dict[str, NamespaceCache] = {}
-        self._relist: set[str] = set()  # streams to list afresh, not resume from a cursor
         self._owned: frozenset[WorkerKey] = frozenset()
         self._plan_failures: frozenset[Failure] = frozenset()
         self._reports: dict[TargetKey, WriteReport] = {}
@@ -232,8 +228,8 @@ class Manager:
         reserve = min(2.0, self.settings.shutdown_timeout / 4)
         handovers = [t for t in self._stopping.values() if not t.done()]
         watching = [t for t in self._tasks if t not in handovers]
-        watching += [running.task for running in self._streams.values()]
-        self._streams.clear()
+        watching += self._watches.tasks()
+        self._watches.clear()
         for task in watching:
             task.cancel()
         workers = list(self._workers.values())
@@ -307,10 +303,7 @@ class Manager:
         relists = [s.key for target in asked for s in self.plan.streams_of(target)]
         # re-list: refused documents can be written; a reconcile-at request asks for it
         for key in [*self.parts.encryption.take_resyncs(), *relists]:
-            if (running := self._streams.pop(key, None)) is not None:
-                running.task.cancel()
-                self.parts.cursors.drop(key)
-                self._relist.add(key)  # a saved cursor would skip what was listed before
+            self._watches.stop(key, relist=True)  # a saved cursor would skip what was listed
         await self._apply_streams()
         owned = frozenset(self._workers)
         if owned != self._owned:
@@ -321,9 +314,7 @@ class Manager:
             await self.parts.webhook.sync(self.plan.streams.values())
         # A stream the operator may not list (WatchForbidden, in the target's status) does not
         # hold readiness back: it needs an RBAC change, not a restart.
-        self.synced = all(
-            r.informer.synced.is_set() or r.informer.forbidden for r in self._streams.values()
-        )
+        self.synced = all(r.synced or r.forbidden for r in self._watches.running.values())
         await self._write_statuses()
 
     def _report_plan_failures(self) -> None:
@@ -523,11 +514,8 @@ class Manager:
             return TargetAccess(plan)
         if self.parts.shards is not None and plan.worker_key not in self._workers:
             return TargetAccess(plan, elsewhere=not self.parts.shards.owns(plan.worker_key))
-        informers = [
-            self._streams[s.key].informer
-            for s in self.plan.streams_of(key)
-            if s.key in self._streams
-        ]
+        running = self._watches.running
+        informers = [running[s.key].informer for s in self.plan.streams_of(key) if s.key in running]
         return TargetAccess(plan, self._workers.get(plan.worker_key), informers)
 
     async def _apply_streams(self) -> None:
@@ -545,76 +533,11 @@ class Manager:
             and (not spec.namespace_selectors or self._namespaces.synced)
         }
         admitted = {key: spec.admitted(namespaces) for key, spec in wanted.items()}
-        stopped: list[StreamSpec] = []
-        for key, running in list(self._streams.items()):
-            spec = running.spec
-            planned = self.plan.targets[spec.target] if key in wanted else None
-            # A new noise policy or content mode re-renders every document; namespaces that
-            # join or leave are snapshotted in or (under prune Always) swept: all need a fresh
-            # list.
-            relist = planned is not None and (
-                running.noise != planned.noise
-                or running.content != planned.content
-                or running.admitted != admitted.get(key)
-                or running.prune != planned.prune  # a wider mode sweeps orphans at once
-            )
-            if (
-                wanted.get(key) != spec
-                or running.informer.client is not self._client_of(spec)
-                or relist
-            ):
-                running.task.cancel()
-                del self._streams[key]
-                self.parts.cursors.drop(key)
-                stopped.append(spec)
-                if relist:
-                    self._relist.add(key)  # never resume from a cursor saved before
+        stopped = await self._watches.apply(self.plan, wanted, admitted, self._workers)
         for snapshot in self._types.sweeps(stopped, wanted.values(), time.monotonic()):
             target = self.plan.targets.get(snapshot.target)
             if target is not None and (worker := self._workers.get(target.worker_key)):
                 worker.submit(snapshot)  # the type is gone: its files swept or retained
-        for key, spec in wanted.items():
-            if key in self._streams:
-                continue
-            target = self.plan.targets[spec.target]
-            worker = self._workers[target.worker_key]
-            sink = TargetStream(
-                spec,
-                target.noise or self.settings.noise,
-                worker.submit,
-                ack_now=self.parts.cursors.acked_at_once,
-                admitted=admitted[key],
-                room=worker.room,
-                content=target.content,
-            )
-            resume = None
-            if key in self._relist:
-                self._relist.discard(key)
-            else:
-                try:
-                    resume = await self.parts.cursors.store.load(key, sink.fingerprint)
-                except Exception as exc:  # the store is down: list afresh, always right
-                    log.warning("cursor.load_failed", error=str(exc) or type(exc).__name__)
-            sink.journal = self.parts.cursors.journal(key, sink.fingerprint)
-            client = self._client_of(spec)
-            assert client is not None
-            informer = Informer(
-                client,
-                spec.rtype,
-                sink,
-                prepare=sink.prepare,
-                namespace=spec.namespace,
-                label_selector=spec.server_selector,
-                resume_from=resume.resource_version if resume else None,
-                known=resume.known if resume else (),
-                on_access=self.parts.poke.set,
-                on_stale=sink.on_stale,
-            )
-            task = asyncio.create_task(informer.run())
-            self._streams[key] = _Running(
-                spec, informer, task, target.noise, admitted[key], target.content, target.prune
-            )
-        metrics.STREAMS.set(len(self._streams))
 
     def _client_of(self, spec: StreamSpec) -> KubeClient | None:
         """The client of a stream's cluster (None: a remote cluster not reached yet)."""
@@ -718,7 +641,7 @@ class Manager:
         namespaces = set(r.sources or (r.key[0],)) if r.kind == "WatchRule" else {""}
         mine = [
             run
-            for run in self._streams.values()
+            for run in self._watches.running.values()
             if run.spec.target == r.target
             and run.spec.rtype.gvr in r.resolved
             and run.spec.namespace in namespaces
@@ -738,12 +661,11 @@ class Manager:
         return self.parts.shards.mine(f"GitTarget/{t.key}")
 
     def _target_status(self, t: TargetPlan) -> tuple[list[Cond], dict[str, Any]]:
-        streams = [
-            self._streams[s.key] for s in self.plan.streams_of(t.key) if s.key in self._streams
-        ]
+        running = self._watches.running
+        streams = [running[s.key] for s in self.plan.streams_of(t.key) if s.key in running]
         facts = TargetFacts(
             streams=len(streams),
-            synced=sum(1 for r in streams if r.informer.synced.is_set()),
+            synced=sum(1 for r in streams if r.synced),
             owner=self.parts.shards.identity if self.parts.shards is not None else None,
         )
         if t.writable:
@@ -766,35 +688,6 @@ class Manager:
                 and kustomize.render_check_unavailable,
             )
         return target_status(t, facts)
-
-
-def streams_condition(streams: list[_Running]) -> Cond:
-    """`StreamsRunning` of streams: WatchForbidden (naming types), else how many are synced."""
-    forbidden = [r for r in streams if r.informer.forbidden]
-    if forbidden:
-        return _watch_forbidden(forbidden)
-    synced = sum(1 for r in streams if r.informer.synced.is_set())
-    return Cond(
-        c.STREAMS_RUNNING,
-        "True" if synced == len(streams) else "False",
-        c.STREAMS_RUNNING if synced == len(streams) else c.PROGRESSING,
-        f"{synced}/{len(streams)} watch streams synced",
-    )
-
-
-def _watch_forbidden(streams: list[_Running]) -> Cond:
-    """StreamsRunning False: the operator's identity may not list/watch these types."""
-    where = sorted(
-        f"{r.spec.rtype.gvr} in {r.informer.namespace or 'all namespaces'}" for r in streams
-    )
-    first = streams[0].informer.forbidden or ""
-    return Cond(
-        c.STREAMS_RUNNING,
-        "False",
-        c.WATCH_FORBIDDEN,
-        f"The operator may not list/watch {', '.join(where)} (grant it in the operator's "
-        f"RBAC; retried with backoff): {first}",
-    )
 
 
 async def _all(awaitables: list[Coroutine[Any, Any, Any]]) -> None:

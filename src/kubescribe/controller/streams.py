@@ -113,8 +113,11 @@ class TargetStream:
         room: Callable[[], Awaitable[None]] | None = None,
         content: Content = FULL,
         wall: Callable[[], float] = time.time,
+        cursor_key: str = "",
     ) -> None:
         self.spec = spec
+        # Whose cursor its changes move: its own stream's, or the shared one it is fed by.
+        self.cursor_key = cursor_key or spec.key
         self.wall = wall  # dates the observation for `latest_manager`
         self.room = room
         self.content = content
@@ -227,14 +230,14 @@ class TargetStream:
                 documents=documents,
                 observed_at=self.clock(),
                 deleted=gone,
-                cursor=Cursor(self.spec.key, rv),
+                cursor=Cursor(self.cursor_key, rv),
             )
         )
         if self.room is not None:
             await self.room()
 
     async def on_event(self, event_type: str, obj: dict[str, Any], rv: str) -> None:
-        change = self._change(event_type, obj, rv)
+        change = self.change(event_type, obj, rv)
         self._journal(event_type, obj, rv, submitted=change is not None)
         if change is not None:
             self.submit(change)
@@ -253,9 +256,10 @@ class TargetStream:
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         present = event_type != "DELETED"
         if self.journal.event(rv, key, present, submitted=submitted) and self.ack_now is not None:
-            self.ack_now(self.spec.key, rv)
+            self.ack_now(self.cursor_key, rv)
 
-    def _change(self, event_type: str, obj: dict[str, Any], rv: str) -> Change | None:
+    def change(self, event_type: str, obj: dict[str, Any], rv: str) -> Change | None:
+        """The change an event makes in this stream's target (None: none)."""
         operation = _OPERATIONS.get(event_type)
         meta = obj.get("metadata") or {}
         if self.admitted is not None and self._selects(obj) is None:
@@ -279,7 +283,7 @@ class TargetStream:
             rtype=self.spec.rtype,
             document=None if operation is Operation.DELETE else self._document(obj),
             observed_at=self.clock(),
-            cursor=Cursor(self.spec.key, rv),
+            cursor=Cursor(self.cursor_key, rv),
             uid=str(meta.get("uid") or ""),
             audit_route=self.spec.audit_route,
             field_manager=(

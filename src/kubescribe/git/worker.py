@@ -1,8 +1,9 @@
 """The branch worker: the single writer of one (repository, branch).
 
 Items (changes and snapshots) are queued in order. The worker drains everything queued into a
-batch and, on its own thread, builds one commit per item on the remote tip, in memory, then
-pushes the chain once. Items queued meanwhile ride in the next push: no cooldown.
+batch and, on a thread of the Git pool (`git.pool`), builds one commit per item on the remote
+tip, in memory, then pushes the chain once. Items queued meanwhile ride in the next push: no
+cooldown.
 
 What Git must hold is derived from the items (cluster state) and the remote tree alone. When a
 push is rejected, the same batch is rebuilt from scratch on the new remote tip (foreign commits
@@ -19,7 +20,6 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,10 +27,12 @@ import structlog
 
 from kubescribe import metrics
 from kubescribe.api import conditions as c
+from kubescribe.git.batches import collapse
 from kubescribe.git.build import Outcome, RequestResult
 from kubescribe.git.cachequota import CacheQuotaExceeded, NamespaceCache
 from kubescribe.git.intake import Intake
 from kubescribe.git.notices import Failures, write_notices
+from kubescribe.git.pool import GitPool, Lane, shared_pool
 from kubescribe.git.records import (
     Group,
     Item,
@@ -58,7 +60,7 @@ from kubescribe.git.targets import (
 )
 from kubescribe.git.writer import CacheUnwritable, Writer
 from kubescribe.mirror.authors import Author, AuthorResolver
-from kubescribe.mirror.changes import Change, Cursor, TargetKey
+from kubescribe.mirror.changes import Cursor, TargetKey
 from kubescribe.mirror.layout import paths_overlap
 from kubescribe.net.urls import normalize
 from kubescribe.waits import wait_event, within
@@ -66,6 +68,7 @@ from kubescribe.waits import wait_event, within
 log = structlog.get_logger(__name__)
 
 # Items waiting for the writer before producers wait (`BranchWorker.room`).
+IDLE_RELEASE = 300.0  # seconds
 MAX_QUEUED = 10_000
 
 
@@ -73,7 +76,8 @@ class BranchWorker:
     """The single writer for one (normalized URL, branch).
 
     `submit`, `configure`, `start` and `stop` are called on the event loop; `on_report` and
-    `on_pushed` are called on that loop too. All Git work runs on the worker's own thread.
+    `on_pushed` are called on that loop too. All Git work runs on the process's Git thread pool
+    (`git.pool`), one call at a time.
     """
 
     def __init__(
@@ -91,6 +95,8 @@ class BranchWorker:
         clock: Callable[[], float] = time.monotonic,
         max_queued: int = MAX_QUEUED,
         cache_quota: NamespaceCache | None = None,
+        pool: GitPool | None = None,
+        idle_release: float | None = IDLE_RELEASE,
     ) -> None:
         self.url = url
         self.branch = branch
@@ -108,7 +114,12 @@ class BranchWorker:
         self._retry_now = asyncio.Event()
         self._upkeep_due = False
         self._task: asyncio.Task[None] | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._pool = pool
+        # Seconds without work after which the clone is closed and the build cache dropped
+        # (both come back at the next write); None: kept.
+        self._idle_release = idle_release
+        self._released = False
+        self._lane: Lane | None = None
         self._series = f"{self.key[0]}#{branch}"  # the `branch` label of its metrics
         self._queue_depth = metrics.QUEUE_DEPTH.labels(self._series)
         self._waited = metrics.BACKPRESSURE.labels(self._series)
@@ -237,7 +248,7 @@ class BranchWorker:
     def start(self) -> None:
         if self._task is not None:
             raise RuntimeError("branch worker already started")
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="kubescribe-git")
+        self._lane = (self._pool or shared_pool()).lane()
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"branch-worker {self.key[0]}#{self.branch}"
         )
@@ -286,10 +297,9 @@ class BranchWorker:
                 item.request.finish(
                     RequestOutcome(c.WORKER_STOPPED, "The branch worker stopped", self.branch)
                 )
-        if self._executor is not None:
-            self._executor.submit(self._writer.close)
-            self._executor.shutdown(wait=False)
-            self._executor = None
+        if self._lane is not None:
+            self._lane.later(self._writer.close)
+            self._lane = None
         self._forget_series()
 
     def _forget_series(self) -> None:
@@ -318,8 +328,9 @@ class BranchWorker:
         return len(self._queue) + len(self._unpushed) + self._intake.pending
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._writer.warm_up, dict(self._targets))
+        lane = self._lane
+        assert lane is not None
+        await lane.run(self._writer.warm_up, dict(self._targets))
         failures = 0
         while True:
             self._intake.close_due()
@@ -336,10 +347,9 @@ class BranchWorker:
                 continue
             targets = dict(self._targets)
             self._upkeep_due = False
+            self._released = False
             try:
-                outcome = await loop.run_in_executor(
-                    self._executor, self._writer.write, batch, targets, self._busy
-                )
+                outcome = await lane.run(self._writer.write, batch, targets, self._busy)
             except Exception as exc:  # every failure keeps the batch
                 failures += 1
                 self._failures = failures
@@ -360,12 +370,25 @@ class BranchWorker:
         return bool(self._queue)
 
     async def _idle(self) -> None:
-        """Wait for an item, or until the next commit window deadline."""
+        """Wait for an item, or until the next commit window deadline; a writer idle for
+        `idle_release` seconds lets go of its clone and caches meanwhile."""
         deadline = self._intake.next_deadline()
         if deadline is None:
-            await self._wake.wait()
+            if self._released or self._idle_release is None:
+                await self._wake.wait()
+            elif not await wait_event(self._wake, self._idle_release):
+                await self._release()
             return
         await wait_event(self._wake, deadline - self._clock())
+
+    async def _release(self) -> None:
+        lane = self._lane
+        if lane is None or self._stopping:
+            return
+        self._released = True
+        await lane.run(self._writer.close)
+        metrics.WRITER_RELEASES.inc()
+        self._log.debug("writer.idle_released")
 
     def _succeeded(self, batch: list[Item], outcome: Outcome) -> None:
         targets = {item.target for item in batch if item.target not in outcome.unknown}
@@ -475,7 +498,7 @@ class BranchWorker:
                     item.request.progress(reason, f"Push failed, retrying: {message}")
                 else:
                     item.request.finish(self._not_written(item.target))
-        kept, dropped = _collapse([i for i in batch if i.target in targets])
+        kept, dropped = collapse([i for i in batch if i.target in targets])
         self._unpushed = kept
         self._collapsed_cursors += dropped
         self._depth_changed()
@@ -556,21 +579,3 @@ def _retry_cap(exc: Exception) -> float:
     if isinstance(exc, CacheUnwritable | LocalRefMissing | CacheBusy):
         return RETRY_MAX_UNREACHABLE  # space, or the other writer's turn, may end any moment
     return RETRY_MAX
-
-
-def _collapse(items: list[Item]) -> tuple[list[Item], list[Cursor]]:
-    """Drop changes superseded by a later change of the same object (the later one decides
-    the file; snapshots in between touch it no differently). Returns the kept items and the
-    cursors of the dropped ones, which are acknowledged with the push that carries the rest."""
-    last = {
-        (item.target, item.identity): i for i, item in enumerate(items) if isinstance(item, Change)
-    }
-    kept: list[Item] = []
-    dropped: list[Cursor] = []
-    for i, item in enumerate(items):
-        if isinstance(item, Change) and last[(item.target, item.identity)] != i:
-            if item.cursor is not None:
-                dropped.append(item.cursor)
-        else:
-            kept.append(item)
-    return kept, dropped

@@ -118,12 +118,14 @@ class Informer(Generic[Prepared]):
         known: Iterable[ObjectKey] = (),
         on_access: Callable[[], None] | None = None,
         on_stale: Callable[[str, dict[str, Any], str], Awaitable[None]] | None = None,
+        on_listing: Callable[[], None] | None = None,
     ) -> None:
         """`resume_from`: watch from this resourceVersion instead of listing, with `known`
         the objects the stream had delivered by then (a 410 re-lists and diffs with them).
         `on_access` is called whenever `forbidden` changes. `on_stale` receives the events of
         the resumed backlog that are not delivered (see `mirror.replay`), so the sink can still
-        move its cursor past them."""
+        move its cursor past them. `on_listing` is called as the gathering of a new initial
+        state begins (before its first `prepare`)."""
         self.client = client
         self.rtype = rtype
         self.sink = sink
@@ -140,6 +142,7 @@ class Informer(Generic[Prepared]):
         self._watch_list = True
         self._on_access = on_access
         self._on_stale = on_stale
+        self._on_listing = on_listing
         # A resumed watch's backlog: opened before its first watch, closed past its horizon.
         self._backlog_due = self.rv is not None
         self._backlog: Backlog | None = None
@@ -199,6 +202,10 @@ class Informer(Generic[Prepared]):
                 log.warning("watch.error", gvr=gvr, error=str(exc) or type(exc).__name__)
                 await asyncio.sleep(backoff.next())
 
+    def _listing(self) -> None:
+        if self._on_listing is not None:
+            self._on_listing()
+
     def _set_forbidden(self, message: str | None) -> None:
         if message != self.forbidden:
             self.forbidden = message
@@ -218,6 +225,7 @@ class Informer(Generic[Prepared]):
     async def relist(self) -> None:
         """One paginated LIST, delivered as a snapshot (the fallback, and one-shot exports)."""
         objects = _Initial[Prepared]()
+        self._listing()
         params: dict[str, str] = {"limit": str(self.page_size)}
         if self.label_selector:
             params["labelSelector"] = self.label_selector
@@ -269,6 +277,7 @@ class Informer(Generic[Prepared]):
             params.update(
                 sendInitialEvents="true", resourceVersionMatch="NotOlderThan", resourceVersion=""
             )
+            self._listing()
             return params, _Initial()
         params["resourceVersion"] = self.rv
         if self._backlog_due:
