@@ -211,7 +211,12 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         },
     },
 }
-NAMES = {"GitProvider": "cluster-audit", "ClusterProvider": "edge", "CommitRequest": "release-2-4", "Alert": "outside-gitops"}
+NAMES = {
+    "GitProvider": "cluster-audit",
+    "ClusterProvider": "edge",
+    "CommitRequest": "release-2-4",
+    "Alert": "outside-gitops",
+}
 
 
 def crds_examples() -> list[dict[str, Any]]:
