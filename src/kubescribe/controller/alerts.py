@@ -129,6 +129,16 @@ def _route(key: ObjectKey, obj: Mapping[str, Any]) -> _Route:
     return _Route(key, generation, spec, rule, refusal, RateLimit(spec.max_messages_per_hour))
 
 
+def _evaluated(key: ObjectKey, obj: Mapping[str, Any], generation: int) -> _Route:
+    """`_route`, and a route that sends nothing if evaluating the spec raised (a bug)."""
+    try:
+        return _route(key, obj)
+    except Exception:
+        log.exception("alert.spec_not_evaluated", alert=f"{key[0]}/{key[1]}")
+        why = Cond(c.READY, "False", c.SPEC_NOT_EVALUATED, "Evaluating the spec failed (logged)")
+        return _Route(key, generation, None, AlertRule(), why, RateLimit(1))
+
+
 def route_conditions(route: _Route) -> list[Cond]:
     """Ready and DeliveryFailing of an Alert (pure)."""
     if route.refusal is not None:
@@ -171,6 +181,12 @@ class Alerts:
         """Collect the report's landed changes into the bursts of its namespace's Alerts."""
         if not report.landed:
             return
+        try:
+            self._observe(report)
+        except Exception:  # a bug here must not cost the manager its report
+            log.exception("alert.observe_failed", target=str(report.target))
+
+    def _observe(self, report: WriteReport) -> None:
         namespace = report.target.namespace
         routes = [r for k, r in self._routes.items() if k[0] == namespace]
         if not routes:
@@ -200,9 +216,12 @@ class Alerts:
         tasks = [asyncio.create_task(informer.run()), asyncio.create_task(self._deliver())]
         try:
             while True:
-                self._sync()
-                self._close_bursts()
-                await self._write_statuses()
+                try:
+                    self._sync()
+                    self._close_bursts()
+                    await self._write_statuses()
+                except Exception:  # logged and tried again: alerts must not stop for good
+                    log.exception("alert.loop_failed")
                 await wait_event(self._wake, TICK)
                 self._wake.clear()
         finally:
@@ -219,7 +238,7 @@ class Alerts:
             generation = int(obj.get("metadata", {}).get("generation") or 0)
             current = self._routes.get(key)
             if current is None or current.generation != generation:
-                self._routes[key] = _route(key, obj)
+                self._routes[key] = _evaluated(key, obj, generation)
 
     def _close_bursts(self) -> None:
         now = self.clock()
@@ -265,7 +284,11 @@ class Alerts:
             while True:
                 message = await self._queue.get()
                 metrics.ALERT_QUEUE_DEPTH.set(self._queue.qsize())
-                await self._deliver_one(session, message)
+                try:
+                    await self._deliver_one(session, message)
+                except Exception:  # a bug costs this message, not the delivery task
+                    metrics.ALERT_MESSAGES.labels("failed").inc()
+                    log.exception("alert.delivery_crashed")
 
     async def _deliver_one(self, session: aiohttp.ClientSession, message: _Message) -> None:
         failure = DeliveryFailed(c.RECEIVER_UNREACHABLE, "not tried")
