@@ -635,8 +635,8 @@ class Manager:
             self.parts.reconciles.again(report.target)  # list afresh what was held
         if report.commit and (previous is None or previous.commit != report.commit):
             log.info("target.pushed", target=str(report.target), commit=report.commit)
-        self._reports[report.target] = dataclasses.replace(report, landed=())  # kept: no documents
-        self.parts.on_report(report)
+        self.parts.on_report(report)  # alerts: what landed; then kept without its documents
+        self._reports[report.target] = report = dataclasses.replace(report, landed=())
         obj = self._caches["GitTarget"].objects.get((report.target.namespace, report.target.name))
         if obj is not None:
             for notice in report.notices:
