@@ -140,6 +140,7 @@ async def run_operator(
         shutdown_timeout=stopper.timeout if stopper is not None else Settings.shutdown_timeout,
     )
     cursors = wiring.cursor_store(options)
+    alerts = wiring.alerts(client, settings)
     manager = wiring.manager(
         client,
         settings,
@@ -148,6 +149,7 @@ async def run_operator(
         cursors=cursors,
         webhook=wiring.changes_webhook(options, certs.bundle if certs is not None else None),
         routes=att.routes,
+        alerts=alerts,
     )
     if stopper is not None:
         stopper.release_leases_with(manager.release_leases)
@@ -157,10 +159,12 @@ async def run_operator(
         runner = await serve(health_app(lambda: manager.synced), host or "0.0.0.0", int(port))
     log.info("operator.started", server=client.host)
     upkeep = asyncio.create_task(certs.run()) if certs is not None else None
+    alerting = asyncio.create_task(alerts.run())
     try:
         await manager.run()
     finally:
         # Bounded like the manager's shutdown: a server that does not answer costs a log line.
+        alerting.cancel()
         if upkeep is not None:
             upkeep.cancel()
         if runner is not None:

@@ -261,6 +261,18 @@ PROVIDERS_BLOCKED = Gauge(
     registry=REGISTRY,
 )
 
+# -- alerts (controller/alerts.py) -------------------------------------------------------------
+ALERT_MESSAGES = Counter(
+    "kubescribe_alert_messages_total",
+    "Alert messages by result: sent, failed (every attempt failed), dropped (queue full or the"
+    " Alert gone), ratelimited (past spec.maxMessagesPerHour).",
+    ["result"],
+    registry=REGISTRY,
+)
+ALERT_QUEUE_DEPTH = Gauge(
+    "kubescribe_alert_queue_depth", "Alert messages waiting for delivery.", registry=REGISTRY
+)
+
 # -- attribution (audit facts, admission records) ----------------------------------------------
 CHANGES_IGNORED = Counter(
     "kubescribe_changes_ignored_total",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from kubescribe.attribution.admitted import ROUTE as ADMISSION_ROUTE
@@ -16,6 +16,7 @@ from kubescribe.attribution.health import RouteReports, RouteWatch
 from kubescribe.attribution.requests import ROUTE as REQUESTS_ROUTE
 from kubescribe.attribution.requests import RecordedRequestAuthors
 from kubescribe.attribution.resolver import AuditAuthorResolver
+from kubescribe.controller.alerts import Alerts
 from kubescribe.controller.clusters import ClusterProviders
 from kubescribe.controller.commitrequests import CommitRequests
 from kubescribe.controller.cursors import CursorKeeper
@@ -141,6 +142,7 @@ def manager(
     cursors: CursorStore | None = None,
     webhook: ChangeWebhookSource | None = None,
     routes: RouteReports | None = None,
+    alerts: Alerts | None = None,
 ) -> Manager:
     """The manager with every collaborator it runs, built from `settings`."""
     poke = asyncio.Event()
@@ -177,7 +179,14 @@ def manager(
         ),
         resolver=resolver,
     )
+    if alerts is not None:
+        parts = replace(parts, on_report=alerts.observe)
     return Manager(client, settings, parts)
+
+
+def alerts(client: KubeClient, settings: Settings) -> Alerts:
+    """The Alerts (controller/alerts.py): run beside the manager, told of its reports."""
+    return Alerts(client, StatusWriter(client, EventRecorder(client, settings.replica_id)))
 
 
 def _shards(client: KubeClient, settings: Settings, poke: asyncio.Event) -> Shards | None:

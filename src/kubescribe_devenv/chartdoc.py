@@ -200,8 +200,23 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "kubeconfigSecretRef": {"name": "edge-kubeconfig", "namespace": "platform"},
         "allowedNamespaces": ["platform"],
     },
+    "Alert": {
+        "selector": {
+            "kinds": ["Deployment", "Secret"],
+            "excludeAuthors": {"serviceAccounts": ["flux-system/*"]},
+        },
+        "webhook": {
+            "url": "https://hooks.example.org/kubescribe",
+            "secretRef": {"name": "alert-hmac"},
+        },
+    },
 }
-NAMES = {"GitProvider": "cluster-audit", "ClusterProvider": "edge", "CommitRequest": "release-2-4"}
+NAMES = {
+    "GitProvider": "cluster-audit",
+    "ClusterProvider": "edge",
+    "CommitRequest": "release-2-4",
+    "Alert": "outside-gitops",
+}
 
 
 def crds_examples() -> list[dict[str, Any]]:

@@ -275,7 +275,7 @@ def test_network_policy_values_lint(tools: ClusterTools, values: list[str]) -> N
 
 def test_tenants_with_edit_or_view_get_kubescribes_namespaced_kinds(tools: ClusterTools) -> None:
     docs = objects(tools)
-    kinds = ["gitproviders", "gittargets", "watchrules", "commitrequests"]
+    kinds = ["gitproviders", "gittargets", "watchrules", "commitrequests", "alerts"]
     edit = one(docs, "ClusterRole", "k-kubescribe-edit")
     assert edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
     assert edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-admin"] == "true"

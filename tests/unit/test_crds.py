@@ -49,6 +49,7 @@ def test_one_crd_per_kind_with_names_and_scope() -> None:
         "ClusterWatchRule",
         "CommitRequest",
         "ClusterProvider",
+        "Alert",
     ]
     expected = {
         "GitProvider": ("gitproviders", "gp", "Namespaced"),
@@ -57,6 +58,7 @@ def test_one_crd_per_kind_with_names_and_scope() -> None:
         "ClusterWatchRule": ("clusterwatchrules", "cwr", "Cluster"),
         "CommitRequest": ("commitrequests", "creq", "Namespaced"),
         "ClusterProvider": ("clusterproviders", "clp", "Cluster"),
+        "Alert": ("alerts", "kal", "Namespaced"),
     }
     for kind, (plural, short, scope) in expected.items():
         crd = CRDS[kind]

@@ -11,6 +11,7 @@ from kubescribe.history import fields
 from kubescribe.history.refs import RefError, parse_ref
 from kubescribe.history.restoring import controlled_by, refusal, restorable
 from kubescribe.history.times import TimeError, duration, looks_like_commit, parse_time
+from kubescribe.mirror import fieldpaths
 from kubescribe.mirror.identity import Identity
 
 NOW = dt.datetime(2026, 12, 3, 14, 0, tzinfo=dt.UTC)
@@ -29,15 +30,15 @@ def deployment(replicas: int, image: str = "nginx:1.27", **labels: str) -> dict[
 
 
 def test_paths_name_list_items_by_name_and_bracket_keys_that_are_not_words() -> None:
-    flat = fields.flatten(deployment(2, **{"app.kubernetes.io/name": "web"}))
+    flat = fieldpaths.flatten(deployment(2, **{"app.kubernetes.io/name": "web"}))
     assert flat["spec.template.spec.containers[web].image"] == "nginx:1.27"
     assert flat['metadata.labels["app.kubernetes.io/name"]'] == "web"
-    assert fields.flatten({"args": ["a", "b"], "empty": {}}) == {
+    assert fieldpaths.flatten({"args": ["a", "b"], "empty": {}}) == {
         "args[0]": "a",
         "args[1]": "b",
         "empty": {},
     }
-    assert "sops" not in str(fields.flatten({"sops": {"mac": "x"}, "data": {"k": "v"}}))
+    assert "sops" not in str(fieldpaths.flatten({"sops": {"mac": "x"}, "data": {"k": "v"}}))
 
 
 def test_summary_says_what_changed_by_field_path() -> None:

@@ -38,6 +38,7 @@ READABLE: Final = "Readable"  # GitProvider
 WRITABLE: Final = "Writable"  # GitProvider
 SIGNING_KEY_LOADED: Final = "SigningKeyLoaded"  # GitProvider
 AUTHOR_ATTRIBUTED: Final = "AuthorAttributed"  # CommitRequest
+DELIVERY_FAILING: Final = "DeliveryFailing"  # Alert
 
 CONDITION_TYPES: Final = frozenset(
     {
@@ -59,6 +60,7 @@ CONDITION_TYPES: Final = frozenset(
         WRITABLE,
         SIGNING_KEY_LOADED,
         AUTHOR_ATTRIBUTED,
+        DELIVERY_FAILING,
     }
 )
 
@@ -158,6 +160,10 @@ AUTHORS_UNRESOLVED: Final = "AuthorsUnresolved"
 REQUESTER_UNKNOWN: Final = "RequesterUnknown"
 AUTHOR_NOT_ALLOWED: Final = "AuthorNotAllowed"  # spec.author: the requester may not impersonate
 INTERNAL_ERROR: Final = "InternalError"
+# reasons: Alert delivery (controller/alerts.py)
+RECEIVER_UNREACHABLE: Final = "ReceiverUnreachable"  # the webhook did not answer (retried)
+RECEIVER_REJECTED: Final = "ReceiverRejected"  # the webhook answered with an error status
+ALERT_QUEUE_FULL: Final = "AlertQueueFull"  # messages dropped: the delivery queue is full
 
 STALLED_REASONS: Final = frozenset(
     {

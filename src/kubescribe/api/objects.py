@@ -8,6 +8,7 @@ from typing import ClassVar, Final, Literal
 
 from pydantic import Field
 
+from kubescribe.api.alert import AlertSpec, AlertStatus
 from kubescribe.api.gittarget import GitTargetSpec, GitTargetStatus
 from kubescribe.api.models import (
     API_VERSION,
@@ -169,6 +170,24 @@ class CommitRequest(ApiObject):
     )
 
 
+class Alert(ApiObject):
+    """Tells a receiver of the changes the GitTargets of its namespace write (docs/alerts.md)."""
+
+    plural = "alerts"
+    short_name = "kal"
+    columns = (
+        Column("URL", ".spec.webhook.url", priority=1),
+        *_READY_COLUMNS,
+        Column("Delivering", '.status.conditions[?(@.type=="DeliveryFailing")].reason'),
+    )
+
+    kind: Literal["Alert"] = Field("Alert", description="Kind of the object.")
+    spec: AlertSpec = Field(description="Desired state.")
+    status: AlertStatus = Field(
+        default_factory=AlertStatus, description="Observed state, written by the operator."
+    )
+
+
 KINDS: Final[tuple[type[ApiObject], ...]] = (
     GitProvider,
     GitTarget,
@@ -176,4 +195,5 @@ KINDS: Final[tuple[type[ApiObject], ...]] = (
     ClusterWatchRule,
     CommitRequest,
     ClusterProvider,
+    Alert,
 )

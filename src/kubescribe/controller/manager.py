@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,6 +130,7 @@ class Parts:
     tenant_reads: TenantReadReviews | None = None  # --tenant-service-account
     resolver: AuthorResolver | None = None  # audit attribution (attributed-author)
     reconciles: ReconcileRequests = field(default_factory=ReconcileRequests)
+    on_report: Callable[[WriteReport], None] = lambda report: None  # alerts: what landed
 
 
 @dataclass
@@ -154,14 +155,14 @@ class Manager:
             share=not self.settings.replica_id,
         )
         self._workers: dict[WorkerKey, BranchWorker] = {}
-        self._stopping: dict[WorkerKey, asyncio.Task[None]] = {}
+        self._stopping: dict[WorkerKey, asyncio.Task[object]] = {}
         self._namespace_caches: dict[str, NamespaceCache] = {}
         self._owned: frozenset[WorkerKey] = frozenset()
         self._plan_failures: frozenset[Failure] = frozenset()
         self._reports: dict[TargetKey, WriteReport] = {}
         self._readiness: dict[str, str] = {}  # target -> "<Ready status>/<reason>" exported
         metrics.CACHE_QUOTA.set(self.settings.cache_quota)
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: list[asyncio.Task[object]] = []
         self._cursor_task: asyncio.Task[None] | None = None
         self.synced = False
 
@@ -399,7 +400,7 @@ class Manager:
             del self._workers[key]
             self.parts.providers.drop_worker(key)
             if handover:
-                stopping = self._hand_over(key, worker)
+                stopping: Coroutine[Any, Any, object] = self._hand_over(key, worker)
             elif lost:  # another replica writes it now: write nothing more
                 self._writer_event(
                     key,
@@ -411,7 +412,7 @@ class Manager:
                 )
                 stopping = worker.abandon()
             else:
-                stopping = _stop(worker)
+                stopping = worker.stop(timeout=20)
             task = asyncio.create_task(stopping)
             task.add_done_callback(lambda _: self.parts.poke.set())
             self._stopping[key] = task
@@ -557,7 +558,8 @@ class Manager:
             self.parts.reconciles.again(report.target)  # list afresh what was held
         if report.commit and (previous is None or previous.commit != report.commit):
             log.info("target.pushed", target=str(report.target), commit=report.commit)
-        self._reports[report.target] = report
+        self.parts.on_report(report)  # alerts: what landed; then kept without its documents
+        self._reports[report.target] = report = dataclasses.replace(report, landed=())
         obj = self._caches["GitTarget"].objects.get((report.target.namespace, report.target.name))
         if obj is not None:
             for notice in report.notices:
@@ -698,7 +700,3 @@ async def _all(awaitables: list[Coroutine[Any, Any, Any]]) -> None:
     finally:
         for task in tasks:
             task.cancel()
-
-
-async def _stop(worker: BranchWorker) -> None:
-    await worker.stop(timeout=20)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pygit2
@@ -22,7 +22,15 @@ from kubescribe.git.chain import CommitChain, read_file
 from kubescribe.git.documents import DocumentFiles
 from kubescribe.git.index import Entry, TargetIndex, folder_tree
 from kubescribe.git.plan import Plan
-from kubescribe.git.records import Group, Item, Refusal, RequestHandle, Skipped, WriteReport
+from kubescribe.git.records import (
+    Group,
+    Item,
+    Landed,
+    Refusal,
+    RequestHandle,
+    Skipped,
+    WriteReport,
+)
 from kubescribe.git.reencrypt import reencrypt, upkeep_commit
 from kubescribe.git.rendercheck import render_check
 from kubescribe.git.targets import (
@@ -101,6 +109,7 @@ class Build:
         self.made: dict[TargetKey, str] = {}  # the last commit made for each target
         self.refused: dict[TargetKey, list[Refusal]] = {}
         self.written: list[Item] = []
+        self.landed: dict[TargetKey, list[Landed]] = {}
         self.commits = {"change": 0, "snapshot": 0}
         self.unknown: set[TargetKey] = set()
         self.requests: dict[RequestHandle, RequestResult] = {}
@@ -204,6 +213,8 @@ class Build:
         commit = self.made[config.key] = self.chain.commit(staged.tree, staged.text, author)
         self.commits[kind] = self.commits.get(kind, 0) + 1
         self.written.extend(items)
+        landed = self.landed.setdefault(config.key, [])
+        landed += [Landed(commit, author, i) for i in items if isinstance(i, Change)]
         return commit
 
     def _group(self, config: TargetConfig, group: Group) -> None:
@@ -504,7 +515,10 @@ class Build:
 
     def outcome(self, *, pushed: bool) -> Outcome:
         keys = [*self.state.indexes, *self.made, *self.refused]
-        results = {key: self._result(key) for key in dict.fromkeys(keys)}
+        results = {
+            key: replace(self._result(key), landed=tuple(self.landed.get(key, ())))
+            for key in dict.fromkeys(keys)
+        }
         return Outcome(
             pushed,
             results,

@@ -157,7 +157,8 @@ class WriteReport:
     documents that could not be written since and still wait for a change (refused earlier and
     not written, deleted or gone from the cluster since). `ok` is about the push, not them.
     Documents `kustomize build` does not render as live carry a reason in
-    `api.conditions.RENDER_REASONS`; `kustomization` is the kustomization the target writes
+    `api.conditions.RENDER_REASONS`; `landed` the changes in the commits pushed;
+    `kustomization` is the kustomization the target writes
     through, if any; `base` what the writer saw of the base branch when it last fetched.
     """
 
@@ -177,3 +178,14 @@ class WriteReport:
     notices: tuple[Notice, ...] = ()
     base: BaseObservation | None = None  # the base branch, once the write branch exists
     held: str = ""  # why nothing of the target was written (its kustomize root is gone)
+    landed: tuple[Landed, ...] = ()  # in a build's result: its changes and their commits
+
+
+@dataclass(frozen=True)
+class Landed:
+    """A change in a pushed commit: `commit` (hex) and `author` the commit's (None: the
+    committer). Only in the report of the push that made it (alerts, `controller.alerts`)."""
+
+    commit: str
+    author: Author | None
+    change: Change

@@ -96,6 +96,31 @@ def check_url(
             _check_host(f"{host} ({address})", refusal(address, policy))
 
 
+def check_receiver_url(url: str, resolve: Resolver | None = None) -> None:
+    """Raise `UrlRefused` unless the operator may POST to `url` (an Alert's webhook): `https://`
+    or `http://`, no credentials, and a host (and, with `resolve`, its addresses) the address
+    policy allows, as for Git remotes."""
+    if not url or url != url.strip() or any(c.isspace() or ord(c) < 0x20 for c in url):
+        raise UrlRefused(UrlRefusal.MALFORMED, "the URL is empty or contains whitespace")
+    try:
+        remote = parse(url)
+    except UrlSyntaxError as exc:
+        raise UrlRefused(UrlRefusal.MALFORMED, str(exc)) from None
+    if remote.form is not Form.URL or remote.scheme not in {"https", "http"}:
+        raise UrlRefused(UrlRefusal.SCHEME_NOT_ALLOWED, "a receiver URL is https:// or http://")
+    if remote.user is not None or remote.password:
+        raise UrlRefused(
+            UrlRefusal.CREDENTIALS_IN_URL, "credentials do not belong in the URL; use a Secret"
+        )
+    if not remote.host or remote.port == 0:
+        raise UrlRefused(UrlRefusal.MALFORMED, "the URL has no host (or port 0)")
+    policy = network_policy()
+    _check_host(remote.host, refusal(remote.host, policy))
+    if resolve is not None:
+        for address in resolve(remote.host):
+            _check_host(f"{remote.host} ({address})", refusal(address, policy))
+
+
 def _checked_remote(remote: RemoteUrl, allow_insecure: bool) -> str:
     """The host of a network remote whose user, port, scheme and path may be used."""
     scheme = remote.scheme

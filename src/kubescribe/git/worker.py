@@ -448,7 +448,7 @@ class BranchWorker:
             report = replace(report, commit=last.commit, pushed_at=last.pushed_at)
         else:
             report = replace(report, pushed_at=pushed_at)
-        self._last[key] = report
+        self._last[key] = replace(report, landed=())  # told once
         self._report(report)
 
     def _publish(self, key: TargetKey, result: WriteReport, pushed_at: float | None) -> None:

@@ -1,0 +1,363 @@
+"""Alerts at run time (docs/alerts.md): watch the `Alert` objects, learn from each write report
+which changes landed in which commit, group them per Alert, and deliver the bursts to each
+Alert's webhook from a bounded queue, with retries, metrics and status.
+
+An Alert only ever sees the reports of GitTargets in its own namespace, reads its signing key
+from a Secret in that namespace only, and posts only to a URL the address policy allows (checked
+again, resolved, before every attempt; redirects are not followed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import structlog
+from pydantic import ValidationError
+
+from kubescribe import metrics
+from kubescribe.api import conditions as c
+from kubescribe.api.alert import AlertSpec
+from kubescribe.controller.caches import ObjectCache
+from kubescribe.controller.status import Cond, StatusWriter
+from kubescribe.git.records import WriteReport
+from kubescribe.git.urlpolicy import UrlRefused, check_receiver_url, resolve_host
+from kubescribe.kube.client import ApiError, KubeClient
+from kubescribe.kube.informer import Informer, ObjectKey, as_is
+from kubescribe.mirror.alerts import (
+    SIGNATURE_HEADER,
+    AlertEvent,
+    AlertRule,
+    Burst,
+    FieldMemory,
+    RateLimit,
+    event_of,
+    message_body,
+    signature,
+)
+from kubescribe.mirror.identity import ResourceType
+from kubescribe.mirror.ignore import IgnoreRule, InvalidIgnore
+from kubescribe.waits import wait_event
+
+log = structlog.get_logger(__name__)
+
+ALERTS = ResourceType("kubescribe.io", "v1alpha1", "alerts", "Alert", True)
+HMAC_KEY = "hmacKey"  # the key of the Secret named by spec.webhook.secretRef
+QUEUE_SIZE = 256  # messages waiting for delivery, all Alerts together
+ATTEMPTS = 6  # per message
+BACKOFF = 1.0  # seconds before the second attempt, doubling, capped
+BACKOFF_CAP = 60.0
+POST_TIMEOUT = 10.0
+TICK = 0.25  # seconds between looks at the grouping windows
+
+
+class DeliveryFailed(Exception):
+    """A message could not be delivered; `retry` False when trying again cannot help."""
+
+    def __init__(self, reason: str, message: str, *, retry: bool = True) -> None:
+        super().__init__(message)
+        self.reason, self.message, self.retry = reason, message, retry
+
+
+@dataclass
+class _Route:
+    """One Alert as it runs: its rule, its open burst, its rate and its delivery state."""
+
+    key: ObjectKey
+    generation: int
+    spec: AlertSpec | None
+    rule: AlertRule
+    refusal: Cond | None  # why it sends nothing (an invalid spec, a refused URL)
+    limit: RateLimit
+    burst: Burst | None = None
+    failing: tuple[str, str] | None = None  # (reason, message) of the last failed delivery
+    sent: int = 0
+    last_sent_at: str | None = None
+    dirty: bool = True  # its status needs writing
+
+    @property
+    def name(self) -> str:
+        return f"{self.key[0]}/{self.key[1]}"
+
+
+@dataclass(frozen=True)
+class _Message:
+    route: ObjectKey
+    url: str
+    secret: str | None
+    body: bytes
+    count: int
+
+
+def _route(key: ObjectKey, obj: Mapping[str, Any]) -> _Route:
+    """An Alert's route from its object; an invalid spec gives a route that sends nothing."""
+    generation = int(obj.get("metadata", {}).get("generation") or 0)
+    try:
+        spec = AlertSpec.model_validate(obj.get("spec") or {})
+        sel = spec.selector
+        exclude = IgnoreRule.parse(
+            sel.exclude_authors.users,
+            sel.exclude_authors.service_accounts,
+            sel.exclude_authors.field_managers,
+        )
+    except (ValidationError, InvalidIgnore) as exc:
+        text = str(exc).replace("spec.ignore.changesBy", "spec.selector.excludeAuthors")
+        why = Cond(c.READY, "False", c.INVALID_SPEC, text)
+        return _Route(key, generation, None, AlertRule(), why, RateLimit(1))
+    rule = AlertRule(
+        kinds=frozenset(sel.kinds),
+        namespaces=frozenset(sel.namespaces),
+        operations=frozenset(sel.operations),
+        authors=frozenset(sel.authors),
+        exclude=exclude,
+        field_paths=tuple(sel.field_paths),
+    )
+    refusal = None
+    try:
+        check_receiver_url(spec.webhook.url)
+    except UrlRefused as exc:
+        refusal = Cond(c.READY, "False", c.URL_REFUSED, f"{exc.reason}: {exc.message}")
+    return _Route(key, generation, spec, rule, refusal, RateLimit(spec.max_messages_per_hour))
+
+
+def _evaluated(key: ObjectKey, obj: Mapping[str, Any], generation: int) -> _Route:
+    """`_route`, and a route that sends nothing if evaluating the spec raised (a bug)."""
+    try:
+        return _route(key, obj)
+    except Exception:
+        log.exception("alert.spec_not_evaluated", alert=f"{key[0]}/{key[1]}")
+        why = Cond(c.READY, "False", c.SPEC_NOT_EVALUATED, "Evaluating the spec failed (logged)")
+        return _Route(key, generation, None, AlertRule(), why, RateLimit(1))
+
+
+def route_conditions(route: _Route) -> list[Cond]:
+    """Ready and DeliveryFailing of an Alert (pure)."""
+    if route.refusal is not None:
+        return [route.refusal, Cond(c.DELIVERY_FAILING, "False", c.OK, "Nothing is sent")]
+    if route.failing is not None:
+        reason, message = route.failing
+        return [
+            Cond(c.READY, "False", reason, message),
+            Cond(c.DELIVERY_FAILING, "True", reason, message),
+        ]
+    if route.spec is not None and route.spec.suspend:
+        ready = Cond(c.READY, "False", c.SUSPENDED, "spec.suspend is true: nothing is sent")
+    else:
+        ready = Cond(c.READY, "True", c.READY, "Ready")
+    return [ready, Cond(c.DELIVERY_FAILING, "False", c.OK, "Messages are delivered")]
+
+
+@dataclass
+class Alerts:
+    """The Alerts of the cluster (see the module). `observe` is the manager's report hook."""
+
+    client: KubeClient
+    status: StatusWriter
+    clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
+    resolve: Callable[[str], list[str]] = resolve_host
+    attempts: int = ATTEMPTS
+    backoff: float = BACKOFF
+    queue_size: int = QUEUE_SIZE
+    _routes: dict[ObjectKey, _Route] = field(default_factory=dict)
+    _memory: FieldMemory = field(default_factory=FieldMemory)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self._cache = ObjectCache(self._wake)
+        self._queue: asyncio.Queue[_Message] = asyncio.Queue(self.queue_size)
+
+    # -- the report hook (event loop) ------------------------------------------------------
+    def observe(self, report: WriteReport) -> None:
+        """Collect the report's landed changes into the bursts of its namespace's Alerts."""
+        if not report.landed:
+            return
+        try:
+            self._observe(report)
+        except Exception:  # a bug here must not cost the manager its report
+            log.exception("alert.observe_failed", target=str(report.target))
+
+    def _observe(self, report: WriteReport) -> None:
+        namespace = report.target.namespace
+        routes = [r for k, r in self._routes.items() if k[0] == namespace]
+        if not routes:
+            return
+        now, at = self.clock(), self.wall()
+        for landed in report.landed:
+            paths = self._memory.changed(landed.change)
+            event = event_of(landed.change, landed.commit, landed.author, paths, at)
+            for route in routes:
+                self._collect(route, event, now)
+        self._wake.set()
+
+    def _collect(self, route: _Route, event: AlertEvent, now: float) -> None:
+        spec = route.spec
+        if spec is None or route.refusal is not None or spec.suspend:
+            return
+        if not route.rule.matches(event):
+            return
+        if route.burst is None:
+            route.burst = Burst(now)
+        route.burst.events.append(event)
+
+    # -- running ---------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Watch the Alerts, close the bursts and deliver, until cancelled."""
+        informer = Informer(self.client, ALERTS, self._cache, prepare=as_is)
+        tasks = [asyncio.create_task(informer.run()), asyncio.create_task(self._deliver())]
+        try:
+            while True:
+                try:
+                    self._sync()
+                    self._close_bursts()
+                    await self._write_statuses()
+                except Exception:  # logged and tried again: alerts must not stop for good
+                    log.exception("alert.loop_failed")
+                await wait_event(self._wake, TICK)
+                self._wake.clear()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _sync(self) -> None:
+        """Routes follow the Alert objects (a new generation starts afresh)."""
+        objects = self._cache.objects
+        for key in [k for k in self._routes if k not in objects]:
+            del self._routes[key]
+        for key, obj in objects.items():
+            generation = int(obj.get("metadata", {}).get("generation") or 0)
+            current = self._routes.get(key)
+            if current is None or current.generation != generation:
+                self._routes[key] = _evaluated(key, obj, generation)
+
+    def _close_bursts(self) -> None:
+        now = self.clock()
+        for route in self._routes.values():
+            burst, spec = route.burst, route.spec
+            if burst is None or spec is None or not burst.due(spec.group_window_seconds, now):
+                continue
+            route.burst = None
+            if not route.limit.allow(now):
+                metrics.ALERT_MESSAGES.labels("ratelimited").inc()
+                continue
+            secret = spec.webhook.secret_ref.name if spec.webhook.secret_ref else None
+            body = message_body(route.name, burst.events, self.wall())
+            message = _Message(route.key, spec.webhook.url, secret, body, len(burst.events))
+            try:
+                self._queue.put_nowait(message)
+            except asyncio.QueueFull:
+                metrics.ALERT_MESSAGES.labels("dropped").inc()
+                self._fail(route, c.ALERT_QUEUE_FULL, "The delivery queue is full: dropped")
+            metrics.ALERT_QUEUE_DEPTH.set(self._queue.qsize())
+
+    async def _write_statuses(self) -> None:
+        for key, route in list(self._routes.items()):
+            obj = self._cache.objects.get(key)
+            if obj is None or not route.dirty:
+                continue
+            route.dirty = False
+            extra: dict[str, Any] = {"messagesSent": route.sent}
+            if route.last_sent_at is not None:
+                extra["lastSentAt"] = route.last_sent_at
+            await self.status.write(obj, "alerts", route_conditions(route), extra)
+
+    def _fail(self, route: _Route, reason: str, message: str) -> None:
+        if route.failing != (reason, message):
+            route.failing, route.dirty = (reason, message), True
+            log.warning("alert.delivery_failed", alert=route.name, reason=reason, error=message)
+        self._wake.set()
+
+    # -- delivery --------------------------------------------------------------------------
+    async def _deliver(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=POST_TIMEOUT)
+        async with aiohttp.ClientSession(timeout=timeout, trust_env=False) as session:
+            while True:
+                message = await self._queue.get()
+                metrics.ALERT_QUEUE_DEPTH.set(self._queue.qsize())
+                try:
+                    await self._deliver_one(session, message)
+                except Exception:  # a bug costs this message, not the delivery task
+                    metrics.ALERT_MESSAGES.labels("failed").inc()
+                    log.exception("alert.delivery_crashed")
+
+    async def _deliver_one(self, session: aiohttp.ClientSession, message: _Message) -> None:
+        failure = DeliveryFailed(c.RECEIVER_UNREACHABLE, "not tried")
+        for attempt in range(self.attempts):
+            route = self._routes.get(message.route)
+            if route is None:  # the Alert is gone
+                metrics.ALERT_MESSAGES.labels("dropped").inc()
+                return
+            try:
+                await self._post(session, message)
+            except DeliveryFailed as exc:
+                failure = exc
+                self._fail(route, exc.reason, exc.message)
+                if not exc.retry:
+                    break
+                delay = min(BACKOFF_CAP, self.backoff * 2**attempt) * random.uniform(0.8, 1.0)
+                await asyncio.sleep(delay)
+                continue
+            route.sent += 1
+            route.last_sent_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            route.failing, route.dirty = None, True
+            metrics.ALERT_MESSAGES.labels("sent").inc()
+            log.info("alert.sent", alert=route.name, changes=message.count)
+            self._wake.set()
+            return
+        metrics.ALERT_MESSAGES.labels("failed").inc()
+        log.warning("alert.message_dropped", reason=failure.reason, error=failure.message)
+
+    async def _post(self, session: aiohttp.ClientSession, message: _Message) -> None:
+        loop = asyncio.get_running_loop()
+        try:  # again, resolved: a name re-pointed at a refused address is refused now
+            await loop.run_in_executor(None, check_receiver_url, message.url, self.resolve)
+        except UrlRefused as exc:
+            raise DeliveryFailed(c.URL_REFUSED, f"{exc.reason}: {exc.message}") from None
+        headers = {"Content-Type": "application/json", "User-Agent": "kubescribe-alerts"}
+        if message.secret is not None:
+            key = await self._key(message.route[0], message.secret)
+            headers[SIGNATURE_HEADER] = signature(key, message.body)
+        try:
+            async with session.post(
+                message.url, data=message.body, headers=headers, allow_redirects=False
+            ) as response:
+                status = response.status
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            text = str(exc) or type(exc).__name__
+            raise DeliveryFailed(c.RECEIVER_UNREACHABLE, f"POST failed: {text}") from None
+        if 200 <= status < 300:
+            return
+        retry = status >= 500 or status in (408, 429)
+        raise DeliveryFailed(c.RECEIVER_REJECTED, f"the receiver answered {status}", retry=retry)
+
+    async def _key(self, namespace: str, name: str) -> bytes:
+        """The HMAC key from the Secret `name` of the Alert's own namespace."""
+        try:
+            secret = await self.client.get(
+                f"/api/v1/namespaces/{quote(namespace, safe='')}/secrets/{quote(name, safe='')}"
+            )
+        except ApiError as exc:
+            reason = c.SECRET_NOT_FOUND if exc.status == 404 else c.SECRET_UNAVAILABLE
+            raise DeliveryFailed(reason, f"Secret {namespace}/{name}: {exc.message}") from None
+        value = (secret.get("data") or {}).get(HMAC_KEY)
+        try:
+            key = base64.b64decode(value or "", validate=True)
+        except (binascii.Error, ValueError):
+            key = b""
+        if not key:
+            raise DeliveryFailed(
+                c.SECRET_INVALID,
+                f"Secret {namespace}/{name} has no `{HMAC_KEY}`",
+                retry=False,
+            )
+        return key
