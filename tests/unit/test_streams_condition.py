@@ -6,7 +6,7 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-from kubescribe.controller.manager import streams_condition
+from kubescribe.controller.running import streams_condition
 from kubescribe.mirror.identity import ResourceType
 
 CM = ResourceType("", "v1", "configmaps", "ConfigMap", True)

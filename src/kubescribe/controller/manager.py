@@ -24,6 +24,14 @@ from kubescribe.controller.commit_config import commit_config
 from kubescribe.controller.commitrequests import CommitRequests, TargetAccess
 from kubescribe.controller.cursors import CursorKeeper
 from kubescribe.controller.desired import compile_plan, source_grants
+from kubescribe.controller.destinations import (
+    Destination,
+    moved_from,
+    moving,
+    observed,
+    planned,
+    status_field,
+)
 from kubescribe.controller.discovered import DiscoveredTypes
 from kubescribe.controller.encryption import EncryptionResolver
 from kubescribe.controller.events import EventRecorder
@@ -36,6 +44,7 @@ from kubescribe.controller.object_status import (
 from kubescribe.controller.plan import Failure, Plan, RulePlan, TargetPlan, WorkerKey
 from kubescribe.controller.providers import Providers
 from kubescribe.controller.reconcile_requests import ReconcileRequests
+from kubescribe.controller.running import Running, streams_condition
 from kubescribe.controller.shards import Shards
 from kubescribe.controller.status import (
     Cond,
@@ -54,11 +63,10 @@ from kubescribe.kube.client import ApiError, KubeClient
 from kubescribe.kube.discovery import discover
 from kubescribe.kube.informer import Informer, as_is
 from kubescribe.mirror.authors import AttributionMode, AuthorResolver
-from kubescribe.mirror.changes import Cursor, PruneMode, TargetKey
+from kubescribe.mirror.changes import Cursor, TargetKey
 from kubescribe.mirror.identity import ResourceType
 from kubescribe.mirror.layout import LOCAL_CLUSTER
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY, NoisePolicy
-from kubescribe.mirror.owned import FULL, Content
 from kubescribe.waits import wait_event, within
 
 log = structlog.get_logger(__name__)
@@ -133,17 +141,6 @@ class Parts:
 
 
 @dataclass
-class _Running:
-    spec: StreamSpec
-    informer: Informer[Any]
-    task: asyncio.Task[None]
-    noise: NoisePolicy | None = None  # the target's policy it was started with
-    admitted: tuple[frozenset[str], ...] | None = None  # namespaces it admits (see StreamSpec)
-    content: Content = FULL  # the target's content mode it was started with
-    prune: PruneMode | None = None  # the target's prune mode it was started with
-
-
-@dataclass
 class Manager:
     client: KubeClient
     settings: Settings
@@ -155,7 +152,7 @@ class Manager:
         self._namespaces = ObjectCache(self.parts.poke)
         self._discovery_poke = asyncio.Event()
         self._types = DiscoveredTypes(self.settings.discovery_grace)
-        self._streams: dict[str, _Running] = {}
+        self._streams: dict[str, Running] = {}
         self._workers: dict[WorkerKey, BranchWorker] = {}
         self._stopping: dict[WorkerKey, asyncio.Task[None]] = {}
         self._namespace_caches: dict[str, NamespaceCache] = {}
@@ -502,6 +499,22 @@ class Manager:
             kustomize=self._kustomize_config(target),
             base_branch=target.spec.base_branch,
             ignore=target.ignore,
+            moved_from=moved_from(target, self._seen(target)),
+        )
+
+    def _seen(self, t: TargetPlan) -> Destination | None:
+        """Where the target's status says its mirror is written (`status.observedDestination`)."""
+        return observed(self._caches["GitTarget"].objects.get((t.key.namespace, t.key.name)))
+
+    def _moved(self, t: TargetPlan, streams: list[Running]) -> bool:
+        """Whether all of a target is written at its spec's destination: each stream listed
+        there and synced, nothing of the target pending, the last write pushed."""
+        worker, report = self._workers.get(t.worker_key), self._reports.get(t.key)
+        return (
+            worker is not None
+            and worker.pending_age(t.key) == 0
+            and (report is None or report.ok)
+            and all(r.destination == planned(t) and r.informer.synced.is_set() for r in streams)
         )
 
     def _kustomize_config(self, target: TargetPlan) -> KustomizeConfig | None:
@@ -548,15 +561,16 @@ class Manager:
         stopped: list[StreamSpec] = []
         for key, running in list(self._streams.items()):
             spec = running.spec
-            planned = self.plan.targets[spec.target] if key in wanted else None
+            target = self.plan.targets[spec.target] if key in wanted else None
             # A new noise policy or content mode re-renders every document; namespaces that
             # join or leave are snapshotted in or (under prune Always) swept: all need a fresh
             # list.
-            relist = planned is not None and (
-                running.noise != planned.noise
-                or running.content != planned.content
+            relist = target is not None and (
+                running.noise != target.noise
+                or running.content != target.content
                 or running.admitted != admitted.get(key)
-                or running.prune != planned.prune  # a wider mode sweeps orphans at once
+                or running.prune != target.prune  # a wider mode sweeps orphans at once
+                or running.destination != planned(target)  # a move: all of it written there
             )
             if (
                 wanted.get(key) != spec
@@ -588,8 +602,8 @@ class Manager:
                 content=target.content,
             )
             resume = None
-            if key in self._relist:
-                self._relist.discard(key)
+            if key in self._relist or moving(target, self._seen(target)):
+                self._relist.discard(key)  # a target being moved is listed afresh too
             else:
                 try:
                     resume = await self.parts.cursors.store.load(key, sink.fingerprint)
@@ -611,9 +625,10 @@ class Manager:
                 on_stale=sink.on_stale,
             )
             task = asyncio.create_task(informer.run())
-            self._streams[key] = _Running(
-                spec, informer, task, target.noise, admitted[key], target.content, target.prune
-            )
+            self._streams[key] = Running(
+                spec, informer, task, target.noise, admitted[key], target.content, target.prune,
+                planned(target),
+            )  # fmt: skip
         metrics.STREAMS.set(len(self._streams))
 
     def _client_of(self, spec: StreamSpec) -> KubeClient | None:
@@ -765,36 +780,11 @@ class Manager:
                 render_check_unavailable=kustomize is not None
                 and kustomize.render_check_unavailable,
             )
-        return target_status(t, facts)
-
-
-def streams_condition(streams: list[_Running]) -> Cond:
-    """`StreamsRunning` of streams: WatchForbidden (naming types), else how many are synced."""
-    forbidden = [r for r in streams if r.informer.forbidden]
-    if forbidden:
-        return _watch_forbidden(forbidden)
-    synced = sum(1 for r in streams if r.informer.synced.is_set())
-    return Cond(
-        c.STREAMS_RUNNING,
-        "True" if synced == len(streams) else "False",
-        c.STREAMS_RUNNING if synced == len(streams) else c.PROGRESSING,
-        f"{synced}/{len(streams)} watch streams synced",
-    )
-
-
-def _watch_forbidden(streams: list[_Running]) -> Cond:
-    """StreamsRunning False: the operator's identity may not list/watch these types."""
-    where = sorted(
-        f"{r.spec.rtype.gvr} in {r.informer.namespace or 'all namespaces'}" for r in streams
-    )
-    first = streams[0].informer.forbidden or ""
-    return Cond(
-        c.STREAMS_RUNNING,
-        "False",
-        c.WATCH_FORBIDDEN,
-        f"The operator may not list/watch {', '.join(where)} (grant it in the operator's "
-        f"RBAC; retried with backoff): {first}",
-    )
+        conds, extra = target_status(t, facts)
+        moved = t.writable and self._moved(t, streams)
+        if (destination := status_field(t, self._seen(t), moved)) is not None:
+            extra["observedDestination"] = destination
+        return conds, extra
 
 
 async def _all(awaitables: list[Coroutine[Any, Any, Any]]) -> None:

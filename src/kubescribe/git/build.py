@@ -302,6 +302,7 @@ class Build:
         for identity in sorted(snapshot.documents, key=listing_order):
             document = snapshot.documents[identity]
             self._upsert(config, plan, identity, snapshot.rtype, document)
+        self._leave(config, plan)
         retained = self.state.retained[config.key]
         retained.difference_update([i for i in retained if snapshot.in_scope(i)])
         retained.update(kept)
@@ -322,12 +323,25 @@ class Build:
                     "scope": snapshot.namespace or "cluster",
                     "added": added,
                     "updated": len(plan.writes) - added,
-                    "removed": len(plan.deletes),
+                    "removed": len(plan.deletes) + len(plan.left),
                     "target": str(config.key),
                 },
             )
 
         return self._stage(config, plan, message)
+
+    def _leave(self, config: TargetConfig, plan: Plan) -> None:
+        """A target moved to another folder under prune Always: the documents in the folder it
+        left go with its snapshot (none inside a folder a target writes, the new one too;
+        none when the old folder is inside the new one: its documents are edited in place)."""
+        old = config.moved_from
+        if old is None or config.prune is not PruneMode.ALWAYS or _inside(old, config.folder):
+            return
+        index = TargetIndex.build(self.repo, self.chain.tree, old)
+        folders = [t.folder for t in self.targets.values()]
+        for entry in [e for e in map(index.get, index) if e is not None and not e.multi]:
+            if not any(_inside(entry.path, folder) for folder in folders):
+                plan.left.add(entry.path)
 
     def _stage(
         self, config: TargetConfig, plan: Plan, message: Callable[[], str]
@@ -548,6 +562,10 @@ class Build:
             kustomization=tree.kustomizations[tree.root].path if tree is not None else None,
             held=self.kmissing.get(key, ""),
         )
+
+
+def _inside(path: str, folder: str) -> bool:
+    return not folder or path == folder or path.startswith(f"{folder}/")
 
 
 def _file_identity(path: str) -> Identity:
