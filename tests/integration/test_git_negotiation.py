@@ -65,7 +65,12 @@ def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[HttpsGitS
     if missing:
         pytest.skip(f"not installed: {', '.join(missing)} (Debian packages nginx, fcgiwrap)")
     options: dict[str, tuple[str, ...]] = getattr(request, "param", {})
-    with HttpsGitServer(tmp_path / "https", trace_upload_pack=True, **options) as running:
+    with HttpsGitServer(
+        tmp_path / "https",
+        trace_upload_pack=True,
+        drop_capabilities=options.get("drop", ()),
+        require_capabilities=options.get("require", ()),
+    ) as running:
         running.add_user("writer", PASSWORD)
         yield running
 
@@ -109,7 +114,7 @@ def test_the_fetch_asks_for_multi_ack_detailed_where_it_is_offered(
 
 @pytest.mark.parametrize(
     "server",
-    [{"drop_capabilities": ("multi_ack_detailed",), "require_capabilities": ("multi_ack",)}],
+    [{"drop": ("multi_ack_detailed",), "require": ("multi_ack",)}],
     indirect=True,
 )
 def test_a_server_that_offers_and_requires_only_multi_ack_is_fetched_from(
