@@ -13,7 +13,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from kubescribe.git.repo import GitRepository
+from kubescribe.git.repo import GitRepository, RemoteError
 from kubescribe.git.transport.callbacks import remote_callbacks
 from kubescribe.git.transport.secret import Credentials
 from kubescribe_devenv.gitremote import BareRemote
@@ -135,3 +135,22 @@ def test_a_server_that_offers_and_requires_only_multi_ack_is_fetched_from(
     responses = server.upload_pack_files("response")
     assert any(a.endswith(" continue") for r in responses for a in acks(r))
     assert not any(a.endswith((" common", " ready")) for r in responses for a in acks(r))
+
+
+@pytest.mark.parametrize("server", [{"require": ("no-such-capability",)}], indirect=True)
+def test_the_servers_requirement_is_real_a_request_without_it_fails(
+    server: HttpsGitServer, tmp_path: Path
+) -> None:
+    """The check the multi_ack test passes refuses what it should: without the capability the
+    server answers 400 and the fetch fails."""
+    server.create_repo("r")
+    url = server.url_for("r")
+    creds = Credentials.from_secret_data(
+        {"ca.crt": server.ca_pem, "username": b"writer", "password": PASSWORD.encode()}
+    )
+    repo = GitRepository(url, tmp_path / "cache", functools.partial(remote_callbacks, creds, url))
+    with pytest.raises(RemoteError) as failed:
+        repo.fetch("main")
+    assert "400" in str(failed.value)
+    assert server.upload_pack_files("request")
+    assert not server.upload_pack_files("response")
