@@ -187,6 +187,7 @@ def test_status_fields() -> None:
         "retainedDocuments",
         "streams",
         "baseBranch",
+        "observedDestination",
         "encryption",
         "owner",
     }
