@@ -5,13 +5,16 @@ is written, and overlap checks still hold. End to end on a real control plane an
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kubescribe_devenv.controlplane import ControlPlane
 from kubescribe_devenv.gitremote import BareRemote, git
+from kubescribe_devenv.redis import RedisServer
 from tests.manifests import CM_RULE, cm_path, target, watch_rule
 from tests.support import (
     Operator,
@@ -159,3 +162,44 @@ def test_a_move_into_another_targets_folder_is_refused_and_loses_nothing(
     assert not [f for f in files if f.startswith("taken/inner/")]
     assert remote.log()[0]["message"] == f"CREATE ConfigMap {ns}/late"
     assert remote.tip() != tip
+
+
+def test_a_move_made_while_the_operator_is_down_is_listed_afresh_not_resumed(
+    crds: ControlPlane,
+    namespace: str,
+    remote: BareRemote,
+    tmp_path: Path,
+    redis_server: RedisServer,
+) -> None:
+    """Resume cursors outlive the operator (Redis): one saved before the move must not be resumed
+    from, or nothing would be written into the new folder."""
+    cp, ns = crds, namespace
+    flags = (f"--redis-url={redis_server.url}", f"--redis-key-prefix=moves-{uuid.uuid4().hex[:8]}:")
+    cp.kubectl("create", "configmap", "app", "-n", ns, "--from-literal=a=1")
+    first = Operator(cp, tmp_path / "first", *flags).start()
+    try:
+        setup_mirror(cp, ns, remote)
+        wait_for(lambda: cm_path(ns, "app") in remote.files(), what="the snapshot")
+        wait_ready(cp, ns)
+        wait_for(
+            lambda: destination(cp, ns) == {"branch": "main", "path": "mirror"},
+            what="observedDestination",
+        )
+        cp.kubectl("create", "configmap", "second", "-n", ns, "--from-literal=a=1")
+        wait_for(lambda: cm_path(ns, "second") in remote.files(), what="a change: a cursor saved")
+    finally:
+        first.stop()
+    patch_spec(cp, ns, "mirror", path="moved")
+    second = Operator(cp, tmp_path / "second", *flags).start()
+    try:
+        wait_for(
+            lambda: {cm_path(ns, n, "moved") for n in ("app", "second")} <= set(remote.files()),
+            what="the files in the new folder",
+        )
+        assert not [f for f in remote.files() if f.startswith("mirror/")]
+        wait_for(
+            lambda: destination(cp, ns) == {"branch": "main", "path": "moved"},
+            what="observedDestination moved",
+        )
+    finally:
+        second.stop()

@@ -109,6 +109,7 @@ def test_the_fetch_asks_for_multi_ack_detailed_where_it_is_offered(
     requests = server.upload_pack_files("request")
     assert all("multi_ack_detailed" in asked(r) for r in requests)
     assert not any("multi_ack" in asked(r) for r in requests)  # one of the two, never both
+    assert not any("no-done" in asked(r) for r in requests)  # offered, not asked for
     assert any(haves(r) for r in requests)  # the second fetch negotiated
 
 
