@@ -427,8 +427,9 @@ class GitTargetSpec(ApiModel):
         max_length=1024,
         description=(
             "Folder in the repository, relative, `.` for the root. A change moves the mirror"
-            " there in one commit; under prune `Always` the documents in the old folder are"
-            " removed, otherwise they stay."
+            " there (a snapshot commit per watched type); under prune `Always` on the same"
+            " branch each type's documents leave the old folder in that commit, otherwise the"
+            " old files stay."
         ),
         json_schema_extra=cel(*RELATIVE_PATH_RULES, GIT_NAMES_RULE),
     )
