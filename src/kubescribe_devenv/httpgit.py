@@ -18,6 +18,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,72 @@ case "$QUERY_STRING $PATH_INFO" in
       exit 0
     fi ;;
 esac
+#UPLOAD-PACK#
 exec "$KUBESCRIBE_GIT" http-backend
+"""
+
+_UPLOAD_PACK = """case "$QUERY_STRING $PATH_INFO" in
+  *git-upload-pack*) exec "$KUBESCRIBE_PYTHON" "$KUBESCRIBE_UPLOAD_PACK" ;;
+esac"""
+
+# Runs `git http-backend` for upload-pack requests: records each advertisement and request body
+# and the response, drops capabilities from the advertisement, and refuses (400, as Azure DevOps
+# does) a request whose first want line lacks a required capability.
+_UPLOAD_PACK_FILTER = """import gzip, os, subprocess, sys, time
+log = os.environ["KUBESCRIBE_UPLOAD_LOG"]
+drop = set(os.environ["KUBESCRIBE_DROP_CAPS"].split(",")) - {"-"}
+need = set(os.environ["KUBESCRIBE_NEED_CAPS"].split(",")) - {"-"}
+git, stamp = os.environ["KUBESCRIBE_GIT"], time.time_ns()
+
+
+def lines(data):
+    i = 0
+    while i + 4 <= len(data):
+        n = int(data[i : i + 4], 16)
+        yield data[i + 4 : i + n] if n else b""
+        i += n or 4
+
+
+def pkt(line):
+    return b"%04x" % (len(line) + 4) + line if line else b"0000"
+
+
+def strip(payload):
+    out, first = [], True
+    for line in lines(payload):
+        if first and b"\\0" in line:
+            ref, caps = line.split(b"\\0", 1)
+            kept = [c for c in caps.strip().split(b" ") if c.decode() not in drop]
+            line, first = ref + b"\\0" + b" ".join(kept) + b"\\n", False
+        out.append(pkt(line))
+    return b"".join(out)
+
+
+if os.environ.get("REQUEST_METHOD") == "POST":
+    body = sys.stdin.buffer.read()
+    plain = gzip.decompress(body) if os.environ.get("HTTP_CONTENT_ENCODING") == "gzip" else body
+    with open(f"{log}/request-{stamp}.bin", "wb") as f:
+        f.write(plain)
+    want = next((x for x in lines(plain) if x.startswith(b"want ")), b"")
+    missing = sorted(c for c in need if c.encode() not in want.split())
+    if missing:
+        sys.stdout.buffer.write(b"Status: 400 Bad Request\\r\\n")
+        sys.stdout.buffer.write(b"Content-Type: text/plain\\r\\n\\r\\n")
+        sys.stdout.buffer.write(f"clients must support {', '.join(missing)}\\n".encode())
+        sys.exit(0)
+    done = subprocess.run([git, "http-backend"], input=body, capture_output=True, check=False)
+    with open(f"{log}/response-{stamp}.bin", "wb") as f:
+        f.write(done.stdout)
+    sys.stdout.buffer.write(done.stdout)
+else:
+    done = subprocess.run([git, "http-backend"], stdin=subprocess.DEVNULL, capture_output=True)
+    head, _, payload = done.stdout.partition(b"\\r\\n\\r\\n")
+    kept = [h for h in head.split(b"\\r\\n") if not h.lower().startswith(b"content-length")]
+    head = b"\\r\\n".join(kept)
+    payload = strip(payload) if b"service=git-upload-pack" in payload[:64] else payload
+    with open(f"{log}/advertisement-{stamp}.bin", "wb") as f:
+        f.write(payload)
+    sys.stdout.buffer.write(head + b"\\r\\n\\r\\n" + payload)
 """
 
 _BEARER_CHECK = """#!/bin/sh
@@ -83,6 +149,13 @@ class HttpsGitServer:
     workdir: Path
     ca: CertificateAuthority = field(default_factory=CertificateAuthority)
     port: int = field(default_factory=free_port)
+    # Upload-pack (fetch) traffic: recorded under `workdir/upload-pack` when `trace_upload_pack`
+    # (see `upload_pack_log`); capabilities dropped from the advertisement; capabilities each
+    # request's first want line must name (400 otherwise, as Azure DevOps answers without
+    # `multi_ack`).
+    trace_upload_pack: bool = False
+    drop_capabilities: tuple[str, ...] = ()
+    require_capabilities: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.workdir = self.workdir.absolute()
@@ -94,6 +167,19 @@ class HttpsGitServer:
     @property
     def repos_dir(self) -> Path:
         return self.workdir / "repos"
+
+    @property
+    def upload_pack_log(self) -> Path:
+        """Advertisements, request bodies (decompressed) and responses of upload-pack, one file
+        each, named `advertisement-`, `request-`, `response-` and a time in ns."""
+        return self.workdir / "upload-pack"
+
+    def upload_pack_files(self, kind: str) -> list[bytes]:
+        """The recorded files of one kind, oldest first."""
+        paths = sorted(
+            self.upload_pack_log.glob(f"{kind}-*.bin"), key=lambda p: int(p.stem.split("-")[1])
+        )
+        return [p.read_bytes() for p in paths]
 
     @property
     def ca_pem(self) -> bytes:
@@ -132,7 +218,11 @@ class HttpsGitServer:
         self._write("tls.crt", tls.cert_pem.decode())
         self._write("tls.key", tls.key_pem.decode())
         (self.workdir / "tls.key").chmod(0o600)
-        for name, text in (("git-http.sh", _GIT_WRAPPER), ("bearer.sh", _BEARER_CHECK)):
+        traced = self.trace_upload_pack or self.drop_capabilities or self.require_capabilities
+        wrapper = _GIT_WRAPPER.replace("#UPLOAD-PACK#", _UPLOAD_PACK if traced else "")
+        self.upload_pack_log.mkdir(exist_ok=True)
+        self._write("upload-pack.py", _UPLOAD_PACK_FILTER)
+        for name, text in (("git-http.sh", wrapper), ("bearer.sh", _BEARER_CHECK)):
             self._write(name, text)
             (self.workdir / name).chmod(0o755)
         socket_path = self.workdir / "fcgiwrap.sock"
@@ -213,6 +303,12 @@ class HttpsGitServer:
             f"fastcgi_param KUBESCRIBE_GIT {_binary('git')};\n"
             f"fastcgi_param KUBESCRIBE_READ_ONLY {w / 'read-only'};\n"
             f"fastcgi_param KUBESCRIBE_TOKENS {w / 'tokens'};\n"
+            f"fastcgi_param KUBESCRIBE_PYTHON {sys.executable};\n"
+            f"fastcgi_param KUBESCRIBE_UPLOAD_PACK {w / 'upload-pack.py'};\n"
+            f"fastcgi_param KUBESCRIBE_UPLOAD_LOG {self.upload_pack_log};\n"
+            f"fastcgi_param KUBESCRIBE_DROP_CAPS {','.join(self.drop_capabilities) or '-'};\n"
+            f"fastcgi_param KUBESCRIBE_NEED_CAPS {','.join(self.require_capabilities) or '-'};\n"
+            "fastcgi_param HTTP_CONTENT_ENCODING $http_content_encoding;\n"
             "fastcgi_param REQUEST_METHOD $request_method;\n"
             "fastcgi_param QUERY_STRING $query_string;\n"
             "fastcgi_param CONTENT_TYPE $content_type;\n"

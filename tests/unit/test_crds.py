@@ -98,12 +98,10 @@ def test_schema_is_structural(kind: str) -> None:
             assert node.get("description"), f"{kind}{path} has no description"
 
 
-@pytest.mark.parametrize(
-    ("kind", "path"),
-    [("GitProvider", ".spec.url"), ("GitTarget", ".spec.branch"), ("GitTarget", ".spec.path")],
-)
-def test_immutable_fields_have_a_transition_rule(kind: str, path: str) -> None:
-    assert "self == oldSelf" in _rules(kind, path)
+def test_a_providers_url_is_immutable_and_a_targets_destination_is_not() -> None:
+    assert "self == oldSelf" in _rules("GitProvider", ".spec.url")
+    assert "self == oldSelf" not in _rules("GitTarget", ".spec.branch")
+    assert "self == oldSelf" not in _rules("GitTarget", ".spec.path")
 
 
 def test_cel_rules_are_where_the_fields_are() -> None:
@@ -191,6 +189,7 @@ def test_status_fields() -> None:
         "retainedDocuments",
         "streams",
         "baseBranch",
+        "observedDestination",
         "encryption",
         "owner",
     }

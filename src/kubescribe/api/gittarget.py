@@ -10,7 +10,6 @@ from kubescribe.api.schema import (
     BRANCH_RULES,
     DURATION_PATTERN,
     GIT_NAMES_RULE,
-    IMMUTABLE,
     PATH_TEMPLATE_DOC,
     RELATIVE_PATH_RULES,
     AgeRecipient,
@@ -408,9 +407,9 @@ class GitTargetSpec(ApiModel):
         max_length=255,
         description=(
             "Branch to write to (short name, e.g. `main`); must be allowed by the provider."
-            " Immutable."
+            " A change moves the mirror there (see `status.observedDestination`)."
         ),
-        json_schema_extra=cel(IMMUTABLE, *BRANCH_RULES),
+        json_schema_extra=cel(*BRANCH_RULES),
     )
     base_branch: str | None = Field(
         None,
@@ -426,8 +425,13 @@ class GitTargetSpec(ApiModel):
         ".",
         min_length=1,
         max_length=1024,
-        description="Folder in the repository, relative, `.` for the root. Immutable.",
-        json_schema_extra=cel(IMMUTABLE, *RELATIVE_PATH_RULES, GIT_NAMES_RULE),
+        description=(
+            "Folder in the repository, relative, `.` for the root. A change moves the mirror"
+            " there (a snapshot commit per watched type); under prune `Always` on the same"
+            " branch each type's documents leave the old folder in that commit, otherwise the"
+            " old files stay."
+        ),
+        json_schema_extra=cel(*RELATIVE_PATH_RULES, GIT_NAMES_RULE),
     )
     placement: Placement = Field(
         default_factory=Placement, description="Layout of documents inside `path`."
@@ -494,6 +498,13 @@ class BaseBranchStatus(ApiModel):
     )
 
 
+class DestinationStatus(ApiModel):
+    """Where the mirror is written."""
+
+    branch: str = Field(max_length=255, description="The branch.")
+    path: str = Field(max_length=1024, description="The folder.")
+
+
 class GitTargetStatus(Status):
     """Observed state of a GitTarget."""
 
@@ -511,6 +522,14 @@ class GitTargetStatus(Status):
         description=(
             "The base branch, observed whenever the writer fetches the remote (at start, after"
             " a moved remote or a failure, on `kubescribe.io/reconcile-at`)."
+        ),
+    )
+    observed_destination: DestinationStatus | None = Field(
+        None,
+        description=(
+            "Where the mirror is written now: `spec.branch` and `spec.path` once a change of"
+            " them has been moved there (every stream listed again and pushed), the old"
+            " destination until then."
         ),
     )
     encryption: EncryptionStatus | None = Field(None, description="Encryption in effect.")

@@ -28,6 +28,7 @@ from kubescribe.api.models import (
     WatchRuleSpec,
 )
 from kubescribe.controller.commit_config import CommitConfigError, commit_config
+from kubescribe.controller.destinations import overlap_order
 from kubescribe.controller.plan import (
     NO_AUDIT_ROUTE,
     NOT_EVALUATED,
@@ -266,8 +267,9 @@ def _with_noise(target: TargetPlan, base: NoisePolicy) -> TargetPlan:
     return dataclasses.replace(target, noise=policy)
 
 
-def _reject_overlaps(targets: list[TargetPlan], order: Mapping[TargetKey, tuple[str, ...]]) -> None:
-    """Two targets on one branch may not share a folder: the older one keeps it."""
+def _reject_overlaps(targets: list[TargetPlan], order: Mapping[TargetKey, Any]) -> None:
+    """Two targets on one branch may not share a folder: the older one keeps it, one that
+    stays keeps it from one moving in."""
     accepted: dict[WorkerKey, list[TargetPlan]] = {}
     for i, plan in sorted(enumerate(targets), key=lambda p: order[p[1].key]):
         if plan.problem is not None:
@@ -415,10 +417,7 @@ def _plan_targets(plan: Plan, targets: Iterable[Mapping[str, Any]], noise: Noise
         if tp is not None:
             evaluated.append((tp, obj))
     target_plans = [tp for tp, _ in evaluated]
-    order = {
-        tp.key: (str(obj["metadata"].get("creationTimestamp", "")), tp.key.namespace, tp.key.name)
-        for tp, obj in evaluated
-    }
+    order = {tp.key: overlap_order(tp, obj) for tp, obj in evaluated}
     _reject_overlaps(target_plans, order)
     for i, tp in enumerate(target_plans):
         try:

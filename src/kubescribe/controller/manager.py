@@ -24,6 +24,13 @@ from kubescribe.controller.commit_config import commit_config
 from kubescribe.controller.commitrequests import CommitRequests, TargetAccess
 from kubescribe.controller.cursors import CursorKeeper
 from kubescribe.controller.desired import compile_plan, source_grants
+from kubescribe.controller.destinations import (
+    Destination,
+    moved_from,
+    observed,
+    planned,
+    status_field,
+)
 from kubescribe.controller.discovered import DiscoveredTypes
 from kubescribe.controller.encryption import EncryptionResolver
 from kubescribe.controller.events import EventRecorder
@@ -44,7 +51,7 @@ from kubescribe.controller.status import (
 )
 from kubescribe.controller.streams import StreamSpec
 from kubescribe.controller.tenantreads import TenantReadReviews
-from kubescribe.controller.watches import Watches, streams_condition
+from kubescribe.controller.watches import Running, Watches, streams_condition
 from kubescribe.controller.webhooks import NAME as WEBHOOK_NAME
 from kubescribe.controller.webhooks import ChangeWebhook
 from kubescribe.git.cachequota import NamespaceCache
@@ -153,6 +160,7 @@ class Manager:
             # Several replicas: a target's stream moves with its writer's Lease and resumes from
             # the target's own cursor, so streams stay per target there.
             share=not self.settings.replica_id,
+            seen=self._seen,
         )
         self._workers: dict[WorkerKey, BranchWorker] = {}
         self._stopping: dict[WorkerKey, asyncio.Task[object]] = {}
@@ -494,6 +502,22 @@ class Manager:
             kustomize=self._kustomize_config(target),
             base_branch=target.spec.base_branch,
             ignore=target.ignore,
+            moved_from=moved_from(target, self._seen(target)),
+        )
+
+    def _seen(self, t: TargetPlan) -> Destination | None:
+        """Where the target's status says its mirror is written (`status.observedDestination`)."""
+        return observed(self._caches["GitTarget"].objects.get((t.key.namespace, t.key.name)))
+
+    def _moved(self, t: TargetPlan, streams: list[Running]) -> bool:
+        """Whether all of a target is written at its spec's destination: each stream listed
+        there and synced, nothing of the target pending, the last write pushed."""
+        worker, report = self._workers.get(t.worker_key), self._reports.get(t.key)
+        return (
+            worker is not None
+            and worker.pending_age(t.key) == 0
+            and (report is None or report.ok)
+            and all(r.destination == planned(t) and r.synced for r in streams)
         )
 
     def _kustomize_config(self, target: TargetPlan) -> KustomizeConfig | None:
@@ -689,7 +713,11 @@ class Manager:
                 render_check_unavailable=kustomize is not None
                 and kustomize.render_check_unavailable,
             )
-        return target_status(t, facts)
+        conds, extra = target_status(t, facts)
+        moved = t.writable and self._moved(t, streams)
+        if (destination := status_field(t, self._seen(t), moved)) is not None:
+            extra["observedDestination"] = destination
+        return conds, extra
 
 
 async def _all(awaitables: list[Coroutine[Any, Any, Any]]) -> None:

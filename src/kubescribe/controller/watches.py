@@ -23,6 +23,7 @@ import structlog
 from kubescribe import metrics
 from kubescribe.api import conditions as c
 from kubescribe.controller.cursors import CursorKeeper
+from kubescribe.controller.destinations import Destination, moving, planned
 from kubescribe.controller.fanout import FanOut, Subscriber
 from kubescribe.controller.plan import Plan, TargetPlan
 from kubescribe.controller.status import Cond
@@ -53,6 +54,7 @@ class Running:
     prune: PruneMode | None = None  # the target's prune mode it was started with
     subscriber: Subscriber | None = None
     shared: str = ""  # the shared stream's key
+    destination: Destination | None = None  # where its target was written when it started
 
     @property
     def synced(self) -> bool:
@@ -171,6 +173,8 @@ class Watches:
     noise: NoisePolicy
     client_of: Callable[[StreamSpec], KubeClient | None]
     share: bool = True  # False: one stream per target, type and namespace
+    # Where a target's status says its mirror is written (a move lists it afresh).
+    seen: Callable[[TargetPlan], Destination | None] = lambda target: None
     reads: WideReads = field(default_factory=WideReads)
     running: dict[str, Running] = field(default_factory=dict)
     shared: dict[str, Shared] = field(default_factory=dict)
@@ -217,15 +221,16 @@ class Watches:
         stopped: list[StreamSpec] = []
         for key, running in list(self.running.items()):
             spec = running.spec
-            planned = plan.targets[spec.target] if key in wanted else None
+            target = plan.targets[spec.target] if key in wanted else None
             # A new noise policy or content mode re-renders every document; namespaces that
             # join or leave are snapshotted in or (under prune Always) swept: all need a fresh
             # list.
-            relist = planned is not None and (
-                running.noise != planned.noise
-                or running.content != planned.content
+            relist = target is not None and (
+                running.noise != target.noise
+                or running.content != target.content
                 or running.admitted != admitted.get(key)
-                or running.prune != planned.prune  # a wider mode sweeps orphans at once
+                or running.prune != target.prune  # a wider mode sweeps orphans at once
+                or running.destination != planned(target)  # a move: all of it written there
             )
             moved = running.shared != modes.get(key, "")
             client = self.client_of(spec)
@@ -236,6 +241,8 @@ class Watches:
         joining: dict[str, list[tuple[TargetStream, TargetPlan]]] = {}
         for key in [key for key in wanted if key not in self.running]:
             target = plan.targets[wanted[key].target]
+            if moving(target, self.seen(target)):
+                self.relist.add(key)  # a target being moved is listed afresh, never resumed
             worker = workers[target.worker_key]
             shared = modes.get(key, "")
             sink = TargetStream(
@@ -303,6 +310,7 @@ class Watches:
                 target.prune,
                 subscriber=shared.fanout.add(sink, resumed=resumed),
                 shared=key,
+                destination=planned(target),
             )
 
     async def _start_shared(self, key: str, sinks: list[TargetStream]) -> bool:
@@ -366,7 +374,14 @@ class Watches:
         )
         task = asyncio.create_task(informer.run())
         self.running[key] = Running(
-            spec, informer, task, target.noise, sink.admitted, target.content, target.prune
+            spec,
+            informer,
+            task,
+            target.noise,
+            sink.admitted,
+            target.content,
+            target.prune,
+            destination=planned(target),
         )
 
     def _export(self) -> None:

@@ -24,6 +24,7 @@ class Plan:
         self.paths: dict[Identity, str] = {}  # what a change touched when not its own file
         # Multi-document files this commit edits: their new content (None: the file goes).
         self.multi: dict[str, bytes | None] = {}
+        self.left: set[str] = set()  # files of the folder a moved target left, removed
 
     def free(self, path: str, identity: Identity) -> bool:
         """Whether `identity` may write `path`: never over another document or someone
@@ -55,6 +56,7 @@ class Plan:
     def edits(self) -> dict[str, pygit2.Oid | None]:
         """Path -> new blob (None: the file goes), for `tree.edit_tree`."""
         edits: dict[str, pygit2.Oid | None] = {e.path: None for e in self.deletes.values()}
+        edits.update(dict.fromkeys(self.left))
         for identity in self.writes:
             old = self.index.get(identity)
             if old is not None and old.path not in self._written:

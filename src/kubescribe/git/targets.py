@@ -128,6 +128,9 @@ class TargetConfig:
     kustomize: KustomizeConfig | None = None
     base_branch: str | None = None  # where a branch missing on the remote starts
     ignore: IgnoreRule = NO_IGNORE  # changes dropped by who made them (spec.ignore)
+    # The folder on this branch the target was written to before its path changed: under
+    # prune Always, its documents go in the target's next snapshot commit.
+    moved_from: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "folder", normalize_target_path(self.folder))
