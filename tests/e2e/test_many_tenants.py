@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
+from kubescribe.api.crds import render_crds
 from kubescribe_devenv.controlplane import ControlPlane
 from kubescribe_devenv.gitremote import BareRemote
 from tests.manifests import CM_RULE, cm_path, configmap, provider, target, watch_rule
@@ -22,6 +25,22 @@ TENANTS = int(os.environ.get("KUBESCRIBE_TENANTS", "100"))
 OTHER_THREADS = 16
 CONFIGMAPS = 'resource="core/v1/configmaps"'
 DEPLOY = Path(__file__).parents[2] / "deploy" / "kubescribe.yaml"
+
+
+@pytest.fixture(scope="module")
+def crds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A control plane of this module's own: the tests count every stream and thread of the
+    operator, so no other test's GitTargets may be on it."""
+    cp = ControlPlane(workdir=tmp_path_factory.mktemp("tenants-cp"), keep_workdir=True)
+    cp.start()
+    try:
+        cp.apply(render_crds())
+        cp.wait_established(
+            *(f"{p}.kubescribe.io" for p in ("gitproviders", "gittargets", "watchrules"))
+        )
+        yield cp
+    finally:
+        cp.stop()
 
 
 def _tenants(cp: ControlPlane, tmp_path: Path, count: int) -> dict[str, BareRemote]:
