@@ -22,7 +22,7 @@ trap 'rm -rf "$work"' EXIT
 cp "$here/promtool/go.mod" "$here/promtool/go.sum" "$here/promtool/tools.go" "$work/"
 # No `go mod download`: the build fetches only the modules whose packages promtool imports (the
 # module graph lists many more, e.g. every cloud's service discovery SDK).
-(cd "$work" && go build -ldflags "-s -w -X github.com/prometheus/common/version.Version=${version}" \
+(cd "$work" && go build -tags remove_all_sd -ldflags "-s -w -X github.com/prometheus/common/version.Version=${version}" \
   -o "$out/.promtool.tmp" github.com/prometheus/prometheus/cmd/promtool)
 mv "$out/.promtool.tmp" "$out/promtool"
 echo "$out"

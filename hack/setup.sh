@@ -5,14 +5,17 @@
 # and (as root) the single-node test cluster that runs kubescribe as a Pod, with the release
 # tools (the distribution registry and cosign, from their Go modules).
 #   --demo: only what hack/demo.sh uses: git, uv, the Python environment and the control plane.
+#   --no-cluster: everything but hack/setup-cluster.sh (hack/test.sh runs that beside the tests
+#                 that do not need it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-demo=false
+demo=false no_cluster=false
 case "${1:-}" in
   "") ;;
   --demo) demo=true ;;
-  *) echo "usage: hack/setup.sh [--demo]" >&2; exit 2 ;;
+  --no-cluster) no_cluster=true ;;
+  *) echo "usage: hack/setup.sh [--demo | --no-cluster]" >&2; exit 2 ;;
 esac
 
 APT_PACKAGES=(git)
@@ -46,30 +49,28 @@ uv sync --frozen --quiet --compile-bytecode
 .venv/bin/python -m compileall -q src >/dev/null
 
 command -v go >/dev/null || { echo "setup: Go is required to build the test control plane" >&2; exit 1; }
+# kustomize and promtool (small builds) go beside the control plane's, whose module downloads
+# leave the cores idle for a while.
+tools_pid=""
+if ! $demo; then
+  (
+    for tool in kustomize promtool; do
+      start=$(date +%s)
+      tool_dir=$(bash "hack/build-$tool.sh")
+      echo "setup: $tool ready in $(( $(date +%s) - start ))s: $(basename "$tool_dir")" >&2
+    done
+  ) &
+  tools_pid=$!
+fi
 start=$(date +%s)
 bin_dir=$(bash hack/build-controlplane.sh)
 echo "setup: control plane ready in $(( $(date +%s) - start ))s: $(basename "$bin_dir")" >&2
+[ -z "$tools_pid" ] || wait "$tools_pid" || { echo "setup: building kustomize or promtool failed (above)" >&2; exit 1; }
 if $demo; then
   exit 0
 fi
-start=$(date +%s)
-kustomize_dir=$(bash hack/build-kustomize.sh)
-echo "setup: kustomize ready in $(( $(date +%s) - start ))s: $(basename "$kustomize_dir")" >&2
-start=$(date +%s)
-promtool_dir=$(bash hack/build-promtool.sh)
-echo "setup: promtool ready in $(( $(date +%s) - start ))s: $(basename "$promtool_dir")" >&2
 
 # The cluster needs root (namespaces, mounts, cgroups); without it tests/cluster is skipped.
-if [ "$(id -u)" -eq 0 ]; then
-  start=$(date +%s)
-  cluster_dir=$(bash hack/build-cluster.sh)
-  image=$(bash hack/build-image.sh)
-  echo "setup: test cluster ready in $(( $(date +%s) - start ))s: $(basename "$cluster_dir"), ${image#* }" >&2
-  # The release tools (hack/release.sh and tests/cluster/test_release.py): the OCI registry
-  # and the signer, from their Go modules.
-  for tool in registry cosign; do
-    start=$(date +%s)
-    tool_dir=$(bash "hack/build-$tool.sh")
-    echo "setup: $tool ready in $(( $(date +%s) - start ))s: $(basename "$tool_dir")" >&2
-  done
+if ! $no_cluster && [ "$(id -u)" -eq 0 ]; then
+  bash hack/setup-cluster.sh
 fi
