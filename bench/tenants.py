@@ -255,6 +255,7 @@ def run_tenants(
             "setup_seconds": round(setup_seconds, 1),
             "converge_seconds": round(converged - started, 2),
             "rss_mb": operator.rss_mb(),
+            "peak_rss_converge_mb": operator.rss_mb("VmHWM"),
             "threads": proc_status(pid, "Threads"),
             "open_files": operator.open_files(),
             "api_connections": api_connections(pid, port),
