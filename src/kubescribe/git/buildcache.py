@@ -164,9 +164,12 @@ def _entries(repo: pygit2.Repository, oid: Any) -> Iterator[tuple[str, bool, boo
     if not isinstance(node, pygit2.Tree):
         return
     for entry in node:
-        if entry.name is not None:
-            tree, link = entry.filemode == FileMode.TREE, entry.filemode == FileMode.LINK
-            yield entry.name, tree, link, entry.id
+        try:
+            name = (entry.raw_name or b"").decode()
+        except UnicodeDecodeError:
+            continue  # not a name a kustomization or its directory can have here
+        tree, link = entry.filemode == FileMode.TREE, entry.filemode == FileMode.LINK
+        yield name, tree, link, entry.id
 
 
 @dataclass
