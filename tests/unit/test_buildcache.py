@@ -12,6 +12,8 @@ from pygit2.enums import FileMode
 
 from kubescribe.git.buildcache import BuildCache, BuiltState
 from kubescribe.git.index import folder_tree
+from kubescribe.git.kustomized import placement
+from kubescribe.git.records import PlacementReport, RootReport
 from kubescribe.git.targets import KustomizeConfig
 from kubescribe.git.tree import edit_tree
 from kubescribe.mirror.changes import TargetKey
@@ -108,13 +110,17 @@ def test_app_kustomizations_without_a_root_are_found_as_a_forest(repo: pygit2.Re
     files = {
         "f/apps/web/kustomization.yaml": b"resources: [a.yaml]\n",
         "f/apps/web/a.yaml": CM,
-        "f/ns1/core/configmaps/b.yaml": CM,
+        "f/ns1/core/configmaps/b.yaml": CM.replace(b"name: a", b"name: b"),
     }
     root = tree_of(repo, files)
     found = cache.kustomizations(repo, root, KUSTOMIZED)
     assert isinstance(found, Forest)
     assert build_roots(found) == ["f/apps/web"]
     assert found.listed == {"f/apps/web/a.yaml": "f/apps/web"}
+    # what status.placement says of it: the app renders one ConfigMap, one file is plain
+    index = cache.index(repo, root, KUSTOMIZED, found, Log())
+    web = RootReport("apps/web/kustomization.yaml", 1, ("ConfigMap",))
+    assert placement(index, found, "f") == PlacementReport(forest=True, roots=(web,), plain=1)
     # a folder without any kustomization is a plain folder, remembered for its tree
     plain = tree_of(repo, {"f/ns1/core/configmaps/b.yaml": CM})
     assert cache.kustomizations(repo, plain, KUSTOMIZED) is None
