@@ -75,6 +75,7 @@ def test_a_pushed_target_is_ready_with_its_last_commit() -> None:
         "retainedDocuments": 1,
         "lastCommit": "0123456789abcdef",
         "lastPushTime": "2023-11-14T22:13:20Z",
+        "placement": None,  # a plain folder: the field is removed
     }
 
 
