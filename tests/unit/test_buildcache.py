@@ -8,12 +8,17 @@ from typing import Any
 
 import pygit2
 import pytest
+from pygit2.enums import FileMode
 
 from kubescribe.git.buildcache import BuildCache, BuiltState
 from kubescribe.git.index import folder_tree
+from kubescribe.git.kustomized import placement
+from kubescribe.git.records import PlacementReport, RootReport
 from kubescribe.git.targets import KustomizeConfig
 from kubescribe.git.tree import edit_tree
 from kubescribe.mirror.changes import TargetKey
+from kubescribe.mirror.kustomize import KustomizeError
+from kubescribe.mirror.roots import Forest, build_roots
 from tests.builders import TARGET, ident, target
 
 CM = b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: ns1}\n"
@@ -98,3 +103,40 @@ def test_targets_no_longer_written_are_forgotten(repo: pygit2.Repository) -> Non
     assert TARGET in cache.failing
     cache.keep_only({TargetKey("other", "t"): moved})
     assert cache.failing == {}
+
+
+def test_app_kustomizations_without_a_root_are_found_as_a_forest(repo: pygit2.Repository) -> None:
+    cache = BuildCache()
+    files = {
+        "f/apps/web/kustomization.yaml": b"resources: [a.yaml]\n",
+        "f/apps/web/a.yaml": CM,
+        "f/ns1/core/configmaps/b.yaml": CM.replace(b"name: a", b"name: b"),
+    }
+    root = tree_of(repo, files)
+    found = cache.kustomizations(repo, root, KUSTOMIZED)
+    assert isinstance(found, Forest)
+    assert build_roots(found) == ["f/apps/web"]
+    assert found.listed == {"f/apps/web/a.yaml": "f/apps/web"}
+    # what status.placement says of it: the app renders one ConfigMap, one file is plain
+    index = cache.index(repo, root, KUSTOMIZED, found, Log())
+    web = RootReport("apps/web/kustomization.yaml", 1, ("ConfigMap",))
+    assert placement(index, found, "f") == PlacementReport(forest=True, roots=(web,), plain=1)
+    # a folder without any kustomization is a plain folder, remembered for its tree
+    plain = tree_of(repo, {"f/ns1/core/configmaps/b.yaml": CM})
+    assert cache.kustomizations(repo, plain, KUSTOMIZED) is None
+    assert cache.plain[(TARGET, "f")] == folder_tree(repo, plain, "f")
+
+
+def test_a_symlinked_app_kustomization_is_refused(repo: pygit2.Repository) -> None:
+    web = repo.TreeBuilder()
+    web.insert("a.yaml", repo.create_blob(CM), FileMode.BLOB)
+    web.insert(
+        "kustomization.yaml", repo.create_blob(b"../../../x/kustomization.yaml"), FileMode.LINK
+    )
+    node = web.write()
+    for name in ("web", "apps", "f"):
+        parent = repo.TreeBuilder()
+        parent.insert(name, node, FileMode.TREE)
+        node = parent.write()
+    with pytest.raises(KustomizeError, match="symlink"):
+        BuildCache().kustomizations(repo, node, KUSTOMIZED)

@@ -89,7 +89,7 @@ def test_the_kustomizations_a_plan_edits_are_written_with_it(repo: pygit2.Reposi
     tree = Tree.load("k", {"k/kustomization.yaml": b"resources: [a.yaml]\n"}.get, "k")
     assert tree is not None
     plan = Plan(TargetIndex("k"))
-    plan.kustomizations.add(tree.add_file("k/b.yaml"))
+    plan.kustomizations.add(tree.add_file("k/b.yaml", tree.root))
     chain.write_kustomizations(tree, plan)
     staged = chain.stage(plan, lambda r: None)
     assert read_file(repo, staged, "k/kustomization.yaml") == b"resources: [a.yaml, b.yaml]\n"

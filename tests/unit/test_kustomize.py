@@ -210,7 +210,7 @@ def test_many_resources_are_merged_in_one_pass_with_their_comments() -> None:
 
 def test_a_file_listed_and_unlisted_before_a_flush_is_not_listed() -> None:
     t = tree({"kustomization.yaml": b"resources: []\n"}, root="")
-    t.add_file("ns/a.yaml")
+    t.add_file("ns/a.yaml", t.root)
     assert t.remove_file("ns/a.yaml") == ""
     assert t.flush("").data["resources"] == []
 

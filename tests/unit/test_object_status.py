@@ -15,8 +15,8 @@ from kubescribe.controller.object_status import (
     target_status,
 )
 from kubescribe.controller.plan import Plan
-from kubescribe.controller.status import Cond
-from kubescribe.git.records import Refusal, WriteReport
+from kubescribe.controller.status import Cond, _comparable, build_status
+from kubescribe.git.records import PlacementReport, Refusal, RootReport, WriteReport
 from kubescribe.kube.discovery import Discovered
 from kubescribe.mirror.changes import TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType
@@ -75,6 +75,7 @@ def test_a_pushed_target_is_ready_with_its_last_commit() -> None:
         "retainedDocuments": 1,
         "lastCommit": "0123456789abcdef",
         "lastPushTime": "2023-11-14T22:13:20Z",
+        "placement": None,  # a plain folder: the field is removed
     }
 
 
@@ -264,3 +265,33 @@ def test_rule_conditions_follow_the_rule_and_its_target() -> None:
         "True",
         c.TARGET_NOT_READY,
     )
+
+
+def test_placement_is_reported_for_a_kustomized_folder_and_removed_for_a_plain_one() -> None:
+    t = plan().targets[KEY]
+    roots = (RootReport("apps/web/kustomization.yaml", 2, ("ConfigMap", "Deployment.apps")),)
+    written = report(
+        kustomization="mirror/apps/web/kustomization.yaml",
+        placement=PlacementReport(forest=True, roots=roots, plain=1),
+    )
+    _, extra = target_status(t, TargetFacts(streams=1, synced=1, report=written))
+    assert extra["placement"] == {
+        "forest": True,
+        "roots": [
+            {
+                "kustomization": "apps/web/kustomization.yaml",
+                "documents": 2,
+                "kinds": ["ConfigMap", "Deployment.apps"],
+            }
+        ],
+        "plainDocuments": 1,
+    }
+    _, extra = target_status(t, TargetFacts(streams=1, synced=1, report=report()))
+    assert extra["placement"] is None  # a merge patch removes it
+    # and a status without the field is the same as one that removes it: nothing to patch
+    assert build_status({}, [], 1, {"placement": None}) == {
+        "placement": None,
+        "observedGeneration": 1,
+        "conditions": [],
+    }
+    assert _comparable({"placement": None, "conditions": []}) == _comparable({"conditions": []})

@@ -10,6 +10,7 @@ from typing import Any
 from kubescribe.mirror.identity import Identity
 from kubescribe.mirror.kustomize import Tree
 from kubescribe.mirror.placement import Placement, list_written, place, removal_refusal, unlist
+from kubescribe.mirror.roots import Siblings
 
 FOLDER = "apps"
 FILES = {
@@ -40,6 +41,7 @@ def at(t: Tree, identity: Identity, path: str | None, **kw: Any) -> Placement:
     options: dict[str, Any] = {
         "old": lambda: None,
         "elsewhere": dict,
+        "siblings": Siblings,
         "folder": FOLDER,
         "write_unsupported": False,
     }
@@ -56,6 +58,7 @@ def test_a_listed_file_is_written_through_its_kustomization() -> None:
         "apps/o/web.yaml",
         old=lambda: old,
         elsewhere=dict,
+        siblings=Siblings,
         folder=FOLDER,
         write_unsupported=False,
     )

@@ -344,7 +344,10 @@ class KustomizeSpec(ApiModel):
         max_length=1024,
         description=(
             "Folder, relative to `path`, whose kustomization renders the target (e.g. an"
-            " overlay); new documents are placed under it and listed in its `resources:`."
+            " overlay); new documents are placed under it (or under the kustomization of its"
+            " app directory that holds their siblings) and listed in its `resources:`. With"
+            " `.` and no kustomization in the folder, the kustomizations of its app"
+            " directories are roots of their own (see `status.placement`)."
         ),
         json_schema_extra=cel(*RELATIVE_PATH_RULES, GIT_NAMES_RULE),
     )
@@ -505,6 +508,40 @@ class DestinationStatus(ApiModel):
     path: str = Field(max_length=1024, description="The folder.")
 
 
+class RootPlacementStatus(ApiModel):
+    """A kustomization new objects may be listed in, and what it renders."""
+
+    kustomization: str = Field(max_length=1024, description="Its file, relative to `spec.path`.")
+    documents: int = Field(ge=0, description="Documents of the folder it renders.")
+    kinds: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Their kinds (`Deployment.apps`, `ConfigMap`; the first 64).",
+    )
+
+
+class PlacementStatus(ApiModel):
+    """How the operator understood a kustomized folder: where each object is written."""
+
+    forest: bool = Field(
+        description=(
+            "No root kustomization: each app directory's kustomization is rendered on its own,"
+            " and a document none renders is a plain file."
+        )
+    )
+    roots: list[RootPlacementStatus] = Field(
+        default_factory=list,
+        max_length=64,
+        description=(
+            "The kustomizations a new object may be listed in (the root and those under its"
+            " directory, not bases reached through `..`), by path (the first 64)."
+        ),
+    )
+    plain_documents: int = Field(
+        0, ge=0, description="Documents no kustomization renders (plain files of a forest)."
+    )
+
+
 class GitTargetStatus(Status):
     """Observed state of a GitTarget."""
 
@@ -533,6 +570,13 @@ class GitTargetStatus(Status):
         ),
     )
     encryption: EncryptionStatus | None = Field(None, description="Encryption in effect.")
+    placement: PlacementStatus | None = Field(
+        None,
+        description=(
+            "Where objects are written in a kustomized folder (`spec.kustomize`): the"
+            " kustomizations that render it and the documents of each."
+        ),
+    )
     owner: str | None = Field(
         None,
         max_length=253,

@@ -17,7 +17,7 @@ from kubescribe.controller.status import (
     render_condition,
     rfc3339,
 )
-from kubescribe.git.records import WriteReport
+from kubescribe.git.records import PlacementReport, WriteReport
 from kubescribe.mirror.authors import AttributionMode
 
 UNRESOLVED_ALARM = 5  # changes in a row without an author before a target says so
@@ -129,7 +129,19 @@ def _report_conditions(
         domain.append(
             render_condition(report.kustomization, report.failing, facts.render_check_unavailable)
         )
+    extra["placement"] = placement_status(report.placement)
     return domain
+
+
+def placement_status(placement: PlacementReport | None) -> dict[str, Any] | None:
+    """`status.placement` (None: a plain folder, the field is removed)."""
+    if placement is None:
+        return None
+    roots = [
+        {"kustomization": r.kustomization, "documents": r.documents, "kinds": list(r.kinds)}
+        for r in placement.roots
+    ]
+    return {"forest": placement.forest, "roots": roots, "plainDocuments": placement.plain}
 
 
 def attribution_condition(

@@ -203,5 +203,6 @@ def _comparable(status: Mapping[str, Any]) -> Any:
             for x in status.get("conditions") or []
         ),
     )
-    rest = {k: v for k, v in status.items() if k != "conditions"}
+    # a None removes a field (merge patch): the same as a status without it
+    rest = {k: v for k, v in status.items() if k != "conditions" and v is not None}
     return conds, rest

@@ -18,9 +18,10 @@ import pygit2
 
 from kubescribe.api import conditions as c
 from kubescribe.git.buildcache import BuildCache, BuiltState
-from kubescribe.git.chain import CommitChain, read_file
+from kubescribe.git.chain import CommitChain
 from kubescribe.git.documents import DocumentFiles
 from kubescribe.git.index import Entry, TargetIndex, folder_tree
+from kubescribe.git.kustomized import multi_documents, placement, siblings
 from kubescribe.git.plan import Plan
 from kubescribe.git.records import (
     Group,
@@ -42,17 +43,12 @@ from kubescribe.git.targets import (
 from kubescribe.mirror import boundedyaml, messages
 from kubescribe.mirror.authors import Author
 from kubescribe.mirror.changes import Change, Operation, PruneMode, Snapshot, TargetKey
-from kubescribe.mirror.identity import (
-    CORE_GROUP,
-    Identity,
-    ResourceType,
-    identity_of,
-    listing_order,
-)
-from kubescribe.mirror.kustomize import KustomizeError, Tree, render_identity
+from kubescribe.mirror.identity import CORE_GROUP, Identity, ResourceType, listing_order
+from kubescribe.mirror.kustomize import KustomizeError, Tree
 from kubescribe.mirror.layout import ENCRYPTED_SUFFIX
 from kubescribe.mirror.placement import list_written, place, removal_refusal, unlist
-from kubescribe.mirror.yamlfmt import load_yaml, load_yaml_all
+from kubescribe.mirror.roots import Forest, Siblings, describe
+from kubescribe.mirror.yamlfmt import load_yaml
 
 
 @dataclass
@@ -116,6 +112,7 @@ class Build:
         self.kerrors: dict[TargetKey, str] = {}  # kustomizations that could not be read
         self.kmissing: dict[TargetKey, str] = {}  # targets held: their kustomize root is gone
         self.kmulti: dict[TargetKey, dict[Identity, str]] = {}
+        self.ksiblings: dict[TargetKey, Siblings] = {}
 
     @property
     def head(self) -> pygit2.Oid | None:
@@ -416,6 +413,7 @@ class Build:
             old_path,
             old=lambda: self._old_document(entry),
             elsewhere=lambda: self._multi_documents(config, tree),
+            siblings=lambda: self._siblings(config, tree),
             folder=config.folder,
             write_unsupported=config.kustomize.write_unsupported,
         )
@@ -431,8 +429,10 @@ class Build:
             )
         if placement.refusal is not None:
             self._refuse(config, Refusal(identity, c.KUSTOMIZE_UNSUPPORTED, placement.refusal))
-        elif path is not None:
+        elif path is not None and placement.through:
             edited, named = list_written(tree, placement, old_path, path)
+            if old_path is None and placement.folder is not None:
+                self._siblings(config, tree).add(identity, placement.folder)
             plan.kustomizations |= edited
             if named is not None:
                 plan.paths[identity] = named
@@ -451,29 +451,21 @@ class Build:
         return loaded if isinstance(loaded, dict) else None
 
     def _multi_documents(self, config: TargetConfig, tree: Tree) -> dict[Identity, str]:
-        """Identities rendered from listed files the index does not hold (several documents,
-        or not a single object), by their file; read once per build."""
+        """Identities rendered from listed files the index does not hold, by their file; read
+        once per build (`git.kustomized`)."""
         found = self.kmulti.get(config.key)
-        if found is not None:
-            return found
-        found = self.kmulti[config.key] = {}
-        index = self.index(config)
-        for path in list(tree.files()):
-            if index.holds(path):
-                continue
-            data = read_file(self.repo, self.chain.tree, path)
-            chain = tree.chain_of(path)
-            if data is None or chain is None:
-                continue
-            try:
-                boundedyaml.check(data)
-                docs = load_yaml_all(data)
-            except Exception:
-                continue
-            for doc in docs:
-                held = identity_of(doc) if isinstance(doc, dict) else None
-                if held is not None:
-                    found.setdefault(render_identity(held, chain), path)
+        if found is None:
+            index = self.index(config)
+            found = self.kmulti[config.key] = multi_documents(
+                self.repo, self.chain.tree, index, tree
+            )
+        return found
+
+    def _siblings(self, config: TargetConfig, tree: Tree) -> Siblings:
+        """The documents placed so far, by the kustomization that renders them."""
+        found = self.ksiblings.get(config.key)
+        if found is None:
+            found = self.ksiblings[config.key] = siblings(self.index(config), tree)
         return found
 
     def _delete(self, plan: Plan, config: TargetConfig, identity: Identity, entry: Entry) -> None:
@@ -498,7 +490,13 @@ class Build:
             self.state.failing,
             batch,
             self.log,
+            self._plain,
         )
+
+    def _plain(self, key: TargetKey, identity: Identity) -> bool:
+        """Whether a document is a plain file of a forest (no kustomization renders it)."""
+        tree, entry = self.state.ktrees.get(key), self.state.indexes[key].get(identity)
+        return isinstance(tree, Forest) and entry is not None and entry.path not in tree.listed
 
     def upkeep(self) -> None:
         """Keep encrypted target folders in step with their renderer (see `Encrypting`)."""
@@ -551,7 +549,7 @@ class Build:
         commit, refused = self.made.get(key), self.refused.get(key, [])
         if index is None:
             return WriteReport(target=key, commit=commit, refused=refused)
-        tree = self.state.ktrees.get(key)
+        tree, folder = self.state.ktrees.get(key), index.folder
         failing = [
             Refusal(i, *why)
             for i, why in sorted(self.state.failing[key].items(), key=lambda f: listing_order(f[0]))
@@ -576,7 +574,8 @@ class Build:
             oversized=len(index.oversized),
             refused=refused,
             failing=failing,
-            kustomization=tree.kustomizations[tree.root].path if tree is not None else None,
+            kustomization=describe(tree, folder) if tree is not None else None,
+            placement=placement(index, tree, folder) if tree is not None else None,
             held=self.kmissing.get(key, ""),
         )
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import posixpath
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pygit2
+from pygit2.enums import FileMode
 
 from kubescribe.git.chain import read_file
 from kubescribe.git.index import TargetIndex, folder_tree
@@ -20,6 +21,9 @@ from kubescribe.git.targets import TargetConfig
 from kubescribe.mirror.changes import TargetKey
 from kubescribe.mirror.identity import Identity
 from kubescribe.mirror.kustomize import Tree
+from kubescribe.mirror.roots import Forest, discover
+
+MAX_DISCOVERED = 65536  # directories remembered by `discover`
 
 
 @dataclass
@@ -36,6 +40,10 @@ class BuildCache:
     rekey_failed: set[tuple[pygit2.Oid, Any]] = field(default_factory=set)
     # Parsed kustomization trees, by (target, root): (target folder tree, tree).
     ktrees: dict[tuple[TargetKey, str], tuple[pygit2.Oid | None, Any]] = field(default_factory=dict)
+    # Where kustomizations are below a directory, by its tree id and depth (`mirror.roots`).
+    discovered: dict[tuple[Any, int], tuple[str, ...]] = field(default_factory=dict)
+    # Folders found to hold no kustomization, by (target, root): the folder tree.
+    plain: dict[tuple[TargetKey, str], pygit2.Oid | None] = field(default_factory=dict)
     # Targets written through a kustomization: (folder, kustomize settings) it was seen with.
     kustomized: dict[TargetKey, tuple[str, Any]] = field(default_factory=dict)
 
@@ -50,6 +58,8 @@ class BuildCache:
     def clear(self) -> None:
         self.indexes.clear()
         self.ktrees.clear()
+        self.plain.clear()
+        self.discovered.clear()
         self.upkept.clear()
         self.file_recipients.clear()
 
@@ -70,7 +80,23 @@ class BuildCache:
         if cached is not None and cached[0] == folder_id and folder_id is not None:
             tree: Tree | None = cached[1]
             return tree
-        return Tree.load(top, lambda path: read_file(repo, root, path), config.folder)
+        if self.plain.get((config.key, top)) == folder_id and folder_id is not None:
+            return None
+
+        def read(path: str) -> bytes | None:
+            return read_file(repo, root, path)
+
+        tree = Tree.load(top, read, config.folder)
+        if tree is None and not kz.root and folder_id is not None:
+            # no root kustomization: the app directories' kustomizations, if any (a forest)
+            if len(self.discovered) > MAX_DISCOVERED:
+                self.discovered.clear()
+            found = discover(lambda oid: _entries(repo, oid), folder_id, self.discovered)
+            dirs = [posixpath.join(top, d) if top else d for d in found]
+            tree = Forest.load_forest(top, dirs, read, config.folder) if dirs else None
+        if tree is None:
+            self.plain[(config.key, top)] = folder_id
+        return tree
 
     def index(
         self,
@@ -130,6 +156,20 @@ class BuildCache:
             # Everything written in this build was rendered for the same recipients.
             folder = targets[key].folder
             self.upkept[key] = (folder_tree(repo, root, folder), upkept)
+
+
+def _entries(repo: pygit2.Repository, oid: Any) -> Iterator[tuple[str, bool, bool, Any]]:
+    """(name, is a directory, is a symlink, id) of the entries of the tree `oid`."""
+    node = repo[oid]
+    if not isinstance(node, pygit2.Tree):
+        return
+    for entry in node:
+        try:
+            name = (entry.raw_name or b"").decode()
+        except UnicodeDecodeError:
+            continue  # not a name a kustomization or its directory can have here
+        tree, link = entry.filemode == FileMode.TREE, entry.filemode == FileMode.LINK
+        yield name, tree, link, entry.id
 
 
 @dataclass

@@ -175,10 +175,30 @@ class WriteReport:
     refused: list[Refusal] = field(default_factory=list)
     failing: list[Refusal] = field(default_factory=list)
     kustomization: str | None = None
+    placement: PlacementReport | None = None  # how the kustomizations render the folder
     notices: tuple[Notice, ...] = ()
     base: BaseObservation | None = None  # the base branch, once the write branch exists
     held: str = ""  # why nothing of the target was written (its kustomize root is gone)
     landed: tuple[Landed, ...] = ()  # in a build's result: its changes and their commits
+
+
+@dataclass(frozen=True)
+class RootReport:
+    """A kustomization new objects may be listed in (a home, `mirror.roots`): its file
+    (relative to the target folder), and the documents it renders, by kind."""
+
+    kustomization: str
+    documents: int
+    kinds: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PlacementReport:
+    """What the operator understood of a kustomized folder (`status.placement`)."""
+
+    forest: bool  # no root kustomization: each app kustomization is rendered on its own
+    roots: tuple[RootReport, ...]
+    plain: int  # documents no kustomization renders
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from kubescribe.git.targets import TargetConfig
 from kubescribe.mirror.changes import Change, TargetKey
 from kubescribe.mirror.identity import Identity, ResourceType, identity_of, listing_order
 from kubescribe.mirror.kustomize import KUSTOMIZATION_FILES, Tree, build_refusal
+from kubescribe.mirror.roots import build_roots
 from kubescribe.mirror.yamlfmt import load_yaml_all
 
 BUILD_FAILED = "kustomize build failed (its error is in the operator log)"
@@ -40,20 +41,24 @@ def render_check(
     failing: Mapping[TargetKey, Failing],
     batch: Iterable[Item],
     log: Any,
+    plain: Callable[[TargetKey, Identity], bool] = lambda key, identity: False,
 ) -> None:
     """Check the objects `batch` changed in the targets that ask for it, in `tree`; the
-    outcome goes to the targets' `failing` documents."""
-    for key, changed in changed_objects(batch).items():
+    outcome goes to the targets' `failing` documents. Objects `plain` says no kustomization
+    renders (plain files beside a forest's kustomizations) are not checked."""
+    for key, all_changed in changed_objects(batch).items():
         config = targets.get(key)
         ktree = ktrees.get(key)
         if config is None or config.kustomize is None or ktree is None:
             continue
         if config.kustomize.render_check_unavailable:
-            metrics.RENDER_CHECKS.labels("unavailable").inc(len(changed))
+            metrics.RENDER_CHECKS.labels("unavailable").inc(len(all_changed))
             continue
         binary = config.kustomize.render_check
-        if binary:
-            _check_target(repo, tree, config, binary, ktree.root, changed, failing[key], log)
+        changed = {i: change for i, change in all_changed.items() if not plain(key, i)}
+        if binary and changed:
+            roots = build_roots(ktree)
+            _check_target(repo, tree, config, binary, roots, changed, failing[key], log)
 
 
 def changed_objects(batch: Iterable[Item]) -> dict[TargetKey, dict[Identity, Change]]:
@@ -72,14 +77,16 @@ def _check_target(
     tree: pygit2.Oid | None,
     config: TargetConfig,
     binary: str,
-    root: str,
+    roots: list[str],
     changed: Mapping[Identity, Change],
     failing: Failing,
     log: Any,
 ) -> None:
     started = time.perf_counter()
     try:
-        rendered = kustomize_build(repo, tree, binary, config.folder, root)
+        rendered: dict[Identity, dict[str, Any]] = {}
+        for root in roots:  # a forest's roots are rendered one by one
+            rendered |= kustomize_build(repo, tree, binary, config.folder, root)
     except Exception as exc:
         # kustomize's error stays in the log: in status it would tell a repository writer
         # what the operator's Pod can reach.

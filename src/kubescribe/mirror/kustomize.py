@@ -487,13 +487,11 @@ class Tree:
     def relative(self, k: Kustomization, path: str) -> str:
         return posixpath.relpath(path, k.dir or ".")
 
-    def add_file(self, path: str) -> str:
-        """List a new document file in the root kustomization (see `flush`); returns the
-        root's directory."""
-        k = self.kustomizations[self.root]
-        self.pending.setdefault(self.root, []).append(self.relative(k, path))
-        self.listed[path] = self.root
-        return self.root
+    def add_file(self, path: str, home: str) -> str:
+        """List a new document file in the kustomization of `home` (see `flush`); returns it."""
+        self.pending.setdefault(home, []).append(self.relative(self.kustomizations[home], path))
+        self.listed[path] = home
+        return home
 
     def flush(self, directory: str) -> Kustomization:
         """The kustomization of `directory` with the files listed since the last flush."""

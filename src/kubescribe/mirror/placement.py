@@ -3,8 +3,9 @@ tree alone (the build reads the files and writes what is decided here).
 
 A document is written through the kustomization that lists its file: the fields the
 kustomizations govern (namespace, name affixes, images, replicas, labels) are edited there and
-the file keeps its own values of them. A new document is placed under the root
-kustomization's folder and listed there."""
+the file keeps its own values of them. A new document is placed under the kustomization the
+rule of `mirror.roots` chooses (the root, when the folder has one kustomization) and listed
+there."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from kubescribe.mirror.kustomize import (
     patched_by,
     unsupported,
 )
+from kubescribe.mirror.roots import Forest, Siblings, choose_home, home_for_path, homes
 from kubescribe.mirror.writethrough import (
     base_name_of,
     remove_replicas,
@@ -38,7 +40,7 @@ class Placement:
     document: Mapping[str, Any]
     placed_as: Identity | None = None
     through: bool = False
-    listed: bool = False  # the file is listed already
+    listed: bool = False  # the file is listed already (else: listed in `folder`'s)
     edits: tuple[Kustomization, ...] = ()
     refusal: str | None = None
 
@@ -51,14 +53,17 @@ def place(
     *,
     old: Callable[[], Mapping[str, Any] | None],
     elsewhere: Callable[[], Mapping[Identity, str]],
+    siblings: Callable[[], Siblings],
     folder: str,
     write_unsupported: bool,
 ) -> Placement:
     """Where `live` goes, given the `path` of its file (None: new), the file's content
-    (`old()`, None when unreadable or encrypted), and identities rendered from files the
-    target's index does not hold, by file (`elsewhere()`); `folder` is the target folder."""
+    (`old()`, None when unreadable or encrypted), identities rendered from files the
+    target's index does not hold, by file (`elsewhere()`), and the documents placed so far
+    (`siblings()`); `folder` is the target folder."""
     chain = tree.chain_of(path) if path is not None else None
     listed = chain is not None
+    home = tree.root
     if chain is None:
         if path is not None and not _under(path, tree.root):
             # A file the rendered folder does not include (and cannot: kustomize loads files
@@ -67,12 +72,22 @@ def place(
             return Placement(
                 folder, live, refusal=_not_through(f"{path} is not rendered by {root}")
             )
-        if path is None and (held := elsewhere().get(identity)):
+        if path is not None:  # an unlisted file: listed by the kustomization holding it
+            found = home_for_path(tree, path)
+            if found is None and isinstance(tree, Forest):
+                return Placement(folder, live)  # a plain file beside the app kustomizations
+            home = found or tree.root
+        elif held := elsewhere().get(identity):
             # rendered from a file of several documents: a new file would duplicate it
             return Placement(
                 None, live, refusal=_not_through(f"rendered from the multi-document file {held}")
             )
-        chain = tree.chain(tree.root)
+        elif homes(tree) != [tree.root]:
+            found = choose_home(tree, identity, live, siblings())
+            if found is None:  # a forest, and no app kustomization holds such objects
+                return Placement(folder, live)
+            home = found
+        chain = tree.chain(home)
     base_name = base_name_of(identity, chain)
     problem = unsupported(identity, chain, tree, base_name)
     if problem is None:
@@ -83,7 +98,7 @@ def place(
             tree.root if write_unsupported else None, live, refusal=_not_through(problem)
         )
     return Placement(
-        tree.root,
+        home,
         through.document,
         placed_as=Identity(identity.group, identity.kind, identity.namespace, base_name),
         through=True,
@@ -102,9 +117,9 @@ def list_written(
     object's own file)."""
     edited: set[str] = set()
     named: str | None = None
-    if not placement.listed:
-        edited.add(tree.add_file(path))
-        named = tree.kustomizations[tree.root].path
+    if not placement.listed and placement.folder is not None:
+        edited.add(tree.add_file(path, placement.folder))
+        named = tree.kustomizations[placement.folder].path
     elif old_path is not None and old_path != path:
         moved = tree.move_file(old_path, path)
         if moved is not None:
