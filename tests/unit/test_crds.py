@@ -191,6 +191,7 @@ def test_status_fields() -> None:
         "baseBranch",
         "observedDestination",
         "encryption",
+        "placement",
         "owner",
     }
     assert {"normalizedUrl", "signingKey"} <= _at("GitProvider", ".status")["properties"].keys()
