@@ -350,7 +350,15 @@ class AggregatedServer:
         bookmarks = query.get("allowWatchBookmarks") == "true"
         chosen = _selector(request, namespace)
         queue: asyncio.Queue[_Change] = asyncio.Queue()
-        self.store.watchers.add(queue)
+        self.store.watchers.add(queue)  # before the snapshot: no change falls between
+        initial: list[dict[str, Any]] = []
+        if query.get("sendInitialEvents") == "true":
+            initial = [o for _, o in sorted(self.store.objects.items()) if chosen(o)]
+            last = self.store.rv
+        else:
+            last = int(query.get("resourceVersion") or self.store.rv)
+            for change in [c for c in self.store.changes if c.rv > last]:
+                queue.put_nowait(change)
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
         try:
             await response.prepare(request)
@@ -360,15 +368,10 @@ class AggregatedServer:
                 await response.write(line.encode())
 
             if query.get("sendInitialEvents") == "true":
-                for _, obj in sorted(self.store.objects.items()):
-                    if chosen(obj):
-                        await send("ADDED", obj)
+                for obj in initial:
+                    await send("ADDED", obj)
                 end = {"k8s.io/initial-events-end": "true"}
-                await send("BOOKMARK", _bookmark(self.store.rv, end))
-            else:
-                since = int(query.get("resourceVersion") or self.store.rv)
-                for change in [c for c in self.store.changes if c.rv > since]:
-                    queue.put_nowait(change)
+                await send("BOOKMARK", _bookmark(last, end))
             deadline = time.monotonic() + timeout
             while (left := deadline - time.monotonic()) > 0:
                 try:
@@ -376,12 +379,14 @@ class AggregatedServer:
                         change = await queue.get()
                 except TimeoutError:
                     if bookmarks:
-                        await send("BOOKMARK", _bookmark(self.store.rv))
+                        await send("BOOKMARK", _bookmark(last))
                     continue
-                if chosen(change.obj):
-                    await send(change.type, change.obj)
-        except (ConnectionError, asyncio.CancelledError):
-            pass
+                if change.rv > last:
+                    last = change.rv
+                    if chosen(change.obj):
+                        await send(change.type, change.obj)
+        except ConnectionError:
+            pass  # the client went away
         finally:
             self.store.watchers.discard(queue)
         return response
