@@ -19,7 +19,7 @@ Tiers, per observed change (first hit wins; the outcome is counted by tier):
   extension API server) for the object's name, and for a CREATE the creates in its
   group/resource/namespace that named no object, whose request window covers the moment the
   change was observed; they must all name one author, else `ambiguous` (two users creating
-  widgets at once never get each other's commits).
+  objects at once never get each other's commits).
 - otherwise `unresolved` (None), after waiting at most `grace` seconds from `observed_at`, or
   less once the route has told what came after the change, or went silent
   (`attribution.health`: the watermark and silence of a route; counted in
