@@ -290,7 +290,7 @@ IGNORE_UNATTRIBUTED = Counter(
 )
 ATTRIBUTION = Counter(
     "kubescribe_attribution_total",
-    "Author lookups, by outcome (exact, delete, collection, ambiguous, unresolved).",
+    "Author lookups, by outcome (exact, delete, collection, named, ambiguous, unresolved).",
     ["outcome"],
     registry=REGISTRY,
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -105,6 +106,16 @@ class Audited:
 
 @pytest.fixture(scope="module")
 def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Audited]:
+    with audited_plane(tmp_path_factory) as plane:
+        yield plane
+
+
+@contextlib.contextmanager
+def audited_plane(
+    tmp_path_factory: pytest.TempPathFactory, extra_apiserver_args: tuple[str, ...] = ()
+) -> Iterator[Audited]:
+    """A started control plane with the operator's CRDs, its audit webhook and CommitRequest
+    admission webhook pointed at the ports `Audited.flags` gives the operator."""
     certs = tmp_path_factory.mktemp("attribution-certs")
     ca = CertificateAuthority("kubescribe-webhooks-ca")
     client_ca = CertificateAuthority("kubescribe-audit-clients-ca")
@@ -127,6 +138,7 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Audited]:
         admission_client=admission_client,
         workdir=tmp_path_factory.mktemp("attribution-cp"),
         keep_workdir=True,
+        extra_apiserver_args=extra_apiserver_args,
     )
     cp.start()
     try:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from kubescribe_devenv.aggregated import AGGREGATOR_ARGS, API_VERSION, GROUP, KIND, AggregatedServer
 from kubescribe_devenv.controlplane import AuditWebhook, ControlPlane
 from kubescribe_devenv.pki import CertificateAuthority
 
@@ -181,6 +182,44 @@ def test_audit_webhook_reports_response_resource_version(
                     assert event["responseObject"]["metadata"]["resourceVersion"] == rv
                     return
         pytest.fail("no audit event for the ConfigMap create arrived")
+
+
+def test_audit_of_writes_proxied_to_an_aggregated_api_has_no_objects(
+    audit_receiver: _AuditReceiver, tmp_path: Any
+) -> None:
+    """What attribution can know of an aggregated API's writes: kube-apiserver's audit event
+    names group, resource, namespace (and the name, except for a create), never the objects."""
+    hook = AuditWebhook(url=audit_receiver.url, ca_pem=audit_receiver.ca.cert_pem)
+    with (
+        AggregatedServer() as api,
+        ControlPlane(audit=hook, workdir=tmp_path, extra_apiserver_args=AGGREGATOR_ARGS) as cp,
+    ):
+        api.register(cp)
+        cp.kubectl("create", "namespace", "agg")
+        widget = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "w"}, "spec": {}}
+        cp.kubectl("create", "--validate=false", "-n", "agg", "-f", "-", input=json.dumps(widget))
+        cp.kubectl("patch", "widget", "w", "-n", "agg", "--type=merge", "-p", '{"spec":{"a":1}}')
+        cp.kubectl("delete", "widget", "w", "-n", "agg")
+        assert cp.kubectl("get", "widgets", "-n", "agg", "-o", "name").stdout == ""
+        seen: dict[str, dict[str, Any]] = {}
+        deadline = time.monotonic() + 30
+        while len(seen) < 3 and time.monotonic() < deadline:
+            try:
+                _, body = audit_receiver.posts.get(timeout=1)
+            except queue.Empty:
+                continue
+            for event in body["items"]:
+                ref = event.get("objectRef") or {}
+                if ref.get("apiGroup") == GROUP and event.get("stage") == "ResponseComplete":
+                    seen[event["verb"]] = event
+        assert set(seen) == {"create", "patch", "delete"}, sorted(seen)
+        for verb, event in seen.items():
+            assert event["level"] == "RequestResponse"
+            assert "requestObject" not in event, verb
+            assert "responseObject" not in event, verb
+            ref = event["objectRef"]
+            assert (ref["resource"], ref["namespace"]) == ("widgets", "agg")
+            assert ref.get("name", "") == ("" if verb == "create" else "w")
 
 
 def test_two_control_planes_run_side_by_side(controlplane: ControlPlane, tmp_path: Any) -> None:

@@ -7,7 +7,13 @@ import time
 from dataclasses import replace
 
 from kubescribe import metrics
-from kubescribe.attribution.decode import FACT_COLLECTION, FACT_DELETE, FACT_WRITE, Fact
+from kubescribe.attribution.decode import (
+    FACT_COLLECTION,
+    FACT_DELETE,
+    FACT_NAMED,
+    FACT_WRITE,
+    Fact,
+)
 from kubescribe.attribution.facts import keyed
 from kubescribe.attribution.requests import RecordedRequestAuthors
 from kubescribe.attribution.resolver import AuditAuthorResolver
@@ -23,7 +29,12 @@ def fact(kind: str, author: Author, **kw: object) -> Fact:
     now = time.time()
     base: dict[str, object] = {
         "kind": kind,
-        "verb": {"write": "patch", "delete": "delete", "collection": "deletecollection"}[kind],
+        "verb": {
+            "write": "patch",
+            "delete": "delete",
+            "collection": "deletecollection",
+            "named": "patch",
+        }[kind],
         "author": author,
         "username": author.name,
         "group": "",
@@ -250,3 +261,77 @@ async def test_a_request_record_keeps_the_username_and_groups_for_access_reviews
     assert await authors.groups_of_request("ns", "other", "cr-9") == ()
     await authors.record("ns", "save", "cr-1", BOB)  # contradicting records: no groups either
     assert await authors.groups_of_request("ns", "save", "cr-1") == ()
+
+
+WIDGETS = {"group": "demo.kubescribe.test", "resource": "widgets"}
+
+
+def widget(op: str, name: str = "w1") -> ObjectEvent:
+    return ObjectEvent("u-9", "7", "demo.kubescribe.test", "widgets", "ns", name, op)
+
+
+async def test_writes_to_an_aggregated_api_join_by_name_and_creates_by_collection() -> None:
+    store = MemoryFactStore()
+    create = fact(FACT_NAMED, ALICE, verb="create", name="", **WIDGETS)
+    update = fact(FACT_NAMED, ALICE, verb="update", name="w1", **WIDGETS)
+    await store.add("local", keyed([create, update]))
+    resolver = AuditAuthorResolver(store, "local", grace=0)
+    before = outcome("named")
+    assert await resolver.author_of(widget("CREATE"), time.monotonic()) == ALICE
+    assert await resolver.author_of(widget("UPDATE"), time.monotonic()) == ALICE
+    assert outcome("named") == before + 2
+    # Another object's update, another namespace's create, a delete: no named fact is theirs.
+    assert await resolver.author_of(widget("UPDATE", "w2"), time.monotonic()) is None
+    other_ns = ObjectEvent("u-8", "3", "demo.kubescribe.test", "widgets", "ns2", "w1", "CREATE")
+    assert await resolver.author_of(other_ns, time.monotonic()) is None
+    assert await resolver.author_of(widget("DELETE"), time.monotonic()) is None
+
+
+async def test_concurrent_creates_by_two_users_name_nobody() -> None:
+    store = MemoryFactStore()
+    await store.add(
+        "local",
+        keyed([fact(FACT_NAMED, user, verb="create", name="", **WIDGETS) for user in (ALICE, BOB)]),
+    )
+    resolver = AuditAuthorResolver(store, "local", grace=0)
+    before = outcome("ambiguous")
+    assert await resolver.author_of(widget("CREATE"), time.monotonic()) == UNRESOLVED
+    assert outcome("ambiguous") == before + 1
+    # Two creates by one user agree.
+    same = MemoryFactStore()
+    await same.add(
+        "local",
+        keyed([fact(FACT_NAMED, ALICE, verb="create", name="", **WIDGETS) for _ in range(2)]),
+    )
+    assert (
+        await AuditAuthorResolver(same, "local", grace=0).author_of(
+            widget("CREATE"), time.monotonic()
+        )
+        == ALICE
+    )
+
+
+async def test_a_named_fact_outside_the_window_or_against_an_exact_fact_does_not_count() -> None:
+    store = MemoryFactStore()
+    now = time.time()
+    stale = fact(FACT_NAMED, BOB, verb="update", received=now - 10, completed=now - 9.9, **WIDGETS)
+    later = fact(FACT_NAMED, BOB, verb="update", received=now + 5, completed=now + 5.1, **WIDGETS)
+    await store.add("local", keyed([replace(stale, name="w1"), replace(later, name="w1")]))
+    resolver = AuditAuthorResolver(store, "local", grace=0)
+    assert await resolver.author_of(widget("UPDATE"), time.monotonic()) is None
+    # An exact fact (a response was recorded) wins over any named one.
+    named = fact(FACT_NAMED, BOB, verb="update", name="w1", **WIDGETS)
+    exact = fact(FACT_WRITE, ALICE, uid="u-9", resource_version="7", name="w1", **WIDGETS)
+    await store.add("local", keyed([named, exact]))
+    assert await resolver.author_of(widget("UPDATE"), time.monotonic()) == ALICE
+
+
+async def test_a_named_fact_waits_for_the_grace_an_exact_fact_may_still_come() -> None:
+    store = MemoryFactStore()
+    await store.add("local", keyed([fact(FACT_NAMED, BOB, verb="update", name="w1", **WIDGETS)]))
+    resolver = AuditAuthorResolver(store, "local", grace=3600)
+    lookup = asyncio.ensure_future(resolver.author_of(widget("UPDATE"), time.monotonic()))
+    await asyncio.sleep(0)
+    exact = fact(FACT_WRITE, ALICE, uid="u-9", resource_version="7", name="w1", **WIDGETS)
+    await store.add("local", keyed([exact]))
+    assert await lookup == ALICE

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from kubescribe.attribution.decode import (
     FACT_COLLECTION,
     FACT_DELETE,
+    FACT_NAMED,
     FACT_WRITE,
     SKIP_DRY_RUN,
     SKIP_FAILED,
@@ -201,7 +202,7 @@ def test_events_that_name_no_change_are_skipped_and_counted() -> None:
         event(response=cm(), code=409),
         event(response=cm(), requestURI="/api/v1/namespaces/ns/configmaps?dryRun=All"),
         event(ref={}, response=cm()),
-        event(),  # no responseObject
+        event(response={"kind": "ConfigMap", "metadata": {"name": "cm"}}),  # no uid
         event(response={"kind": "Status", "metadata": {}}),
         event(user="", response=cm()),
         event(response=cm(), stageTimestamp="yesterday"),
@@ -374,3 +375,31 @@ def test_fuzz_decoder_returns_facts_or_raises_its_error(doc: Any) -> None:
 def test_fuzz_raw_bytes(body: bytes) -> None:
     with contextlib.suppress(AuditDecodeError):
         decode_event_list(body)
+
+
+def test_writes_proxied_to_an_extension_api_server_become_named_facts() -> None:
+    """The aggregator never decodes a proxied request: its audit event has an objectRef (no name
+    for a create) and no request or response object."""
+    ref = {"apiGroup": "demo.kubescribe.test", "apiVersion": "v1", "resource": "widgets"}
+    created = event(ref={**ref, "namespace": "ns"}, user="alice")
+    patched = event("patch", ref={**ref, "namespace": "ns", "name": "w"}, code=200, user="bob")
+    got = decode(created, patched)
+    assert got.skipped == {}
+    assert [(f.kind, f.verb, f.name, f.username) for f in got.facts] == [
+        (FACT_NAMED, "create", "", "alice"),
+        (FACT_NAMED, "patch", "w", "bob"),
+    ]
+    assert keys_of(got.facts[0]) == ("wnew/demo.kubescribe.test/widgets/ns",)
+    assert keys_of(got.facts[1]) == ("wname/demo.kubescribe.test/widgets/ns/w",)
+    assert from_record(to_record(got.facts[1])) == got.facts[1]
+    # A response that is there but names no object still says nothing.
+    assert decode(event(response={"kind": "Status", "metadata": {}})).facts == []
+    # Hostile objectRefs and users never raise: skipped or taken as strings only.
+    odd = decode(
+        event(ref={"resource": ["widgets"]}),
+        event(ref={"resource": "widgets", "name": {"x": 1}, "namespace": 7}),
+        event(ref={"resource": "w" * 300}),
+        event(ref={"resource": "widgets"}, responseObject=None, user=""),
+    )
+    assert [(f.kind, f.name, f.namespace) for f in odd.facts] == [(FACT_NAMED, "", "")]
+    assert odd.skipped == {SKIP_NO_OBJECT: 1, SKIP_OVERSIZED: 1, SKIP_NO_USER: 1}

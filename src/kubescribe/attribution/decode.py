@@ -9,7 +9,10 @@ Which events become facts (everything else is skipped with a reason, see `SKIP_*
 - verb `create`, `update`, `patch` (also on subresources, e.g. `/scale`: the Scale response
   carries the parent object's uid and new resourceVersion), `delete`, `deletecollection`;
 - with an `objectRef` (resource) and, for create/update/patch, a `responseObject` with
-  `metadata.uid` and `metadata.resourceVersion` (audit level `RequestResponse`).
+  `metadata.uid` and `metadata.resourceVersion` (audit level `RequestResponse`); a write
+  without any `responseObject` (a request the aggregator proxied to an extension API server,
+  whose objects kube-apiserver never decodes, or audit level `Metadata`) becomes a `named` fact:
+  who wrote to `group/resource` in `namespace` (and `name`, except for a create), when.
 
 Who: `impersonatedUser` wins over `user`. The author identity (`author_from_user`):
 
@@ -41,6 +44,7 @@ from kubescribe.mirror.authors import Author
 FACT_WRITE = "write"
 FACT_DELETE = "delete"
 FACT_COLLECTION = "collection"
+FACT_NAMED = "named"
 
 SKIP_STAGE = "skipped_stage"
 SKIP_VERB = "skipped_verb"
@@ -122,7 +126,9 @@ class Fact:
     resourceVersion), `delete` (a delete request for `uid`, joined by uid: the final DELETED
     watch event of a finalizer-held object has another resourceVersion), or `collection` (a
     deletecollection over `group/resource` in `namespace`, '' = all namespaces or cluster
-    scope, joined by time window). Times are seconds since the epoch (apiserver clock).
+    scope, joined by time window), or `named` (a write whose response was not recorded:
+    joined by object name, or for a create by group/resource/namespace, and time window).
+    Times are seconds since the epoch (apiserver clock).
     """
 
     kind: str
@@ -206,6 +212,8 @@ def _decode_event(event: object, facts: list[Fact]) -> str | None:
     meta = response.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
     if verb in WRITE_VERBS:
+        if event.get("responseObject") is None:  # proxied, or audit level Metadata
+            return _append(facts, [_replace(base, kind=FACT_NAMED)])
         uid, rv = _str(meta.get("uid")), _str(meta.get("resourceVersion"))
         if not uid or not rv or response.get("kind") == "Status":
             return SKIP_NO_OBJECT

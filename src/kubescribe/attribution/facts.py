@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
-from kubescribe.attribution.decode import FACT_COLLECTION, FACT_DELETE, FACT_WRITE, Fact
+from kubescribe.attribution.decode import (
+    FACT_COLLECTION,
+    FACT_DELETE,
+    FACT_NAMED,
+    FACT_WRITE,
+    Fact,
+)
 from kubescribe.mirror.authors import Author
 
 Record = Mapping[str, str]
@@ -54,6 +60,16 @@ def delete_name_key(group: str, resource: str, namespace: str, name: str) -> str
     return f"delname/{_group(group)}/{resource}/{namespace}/{name}"
 
 
+def written_key(group: str, resource: str, namespace: str, name: str) -> str:
+    """A write (or a create with a name) whose response was not recorded."""
+    return f"wname/{_group(group)}/{resource}/{namespace}/{name}"
+
+
+def created_key(group: str, resource: str, namespace: str) -> str:
+    """A create whose request named no object (proxied to an extension API server)."""
+    return f"wnew/{_group(group)}/{resource}/{namespace}"
+
+
 def collection_key(group: str, resource: str, namespace: str) -> str:
     return f"coll/{_group(group)}/{resource}/{namespace}"
 
@@ -79,6 +95,10 @@ def keys_of(fact: Fact) -> tuple[str, ...]:
         return tuple(keys)
     if fact.kind == FACT_COLLECTION:
         return (collection_key(fact.group, fact.resource, fact.namespace),)
+    if fact.kind == FACT_NAMED:
+        if fact.name:
+            return (written_key(fact.group, fact.resource, fact.namespace, fact.name),)
+        return (created_key(fact.group, fact.resource, fact.namespace),)
     return ()
 
 

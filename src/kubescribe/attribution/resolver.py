@@ -14,6 +14,12 @@ Tiers, per observed change (first hit wins; the outcome is counted by tier):
   different authors, the earliest completed one wins only when it completed before each other
   request was received (those can only have returned a version that already existed);
   otherwise nothing proves who wrote the version: `ambiguous`.
+- CREATE/UPDATE, once the route has settled or the grace is over (no exact fact came):
+  `named` — the `named` facts (writes whose response was not recorded: requests proxied to an
+  extension API server) for the object's name, and for a CREATE the creates in its
+  group/resource/namespace that named no object, whose request window covers the moment the
+  change was observed; they must all name one author, else `ambiguous` (two users creating
+  objects at once never get each other's commits).
 - otherwise `unresolved` (None), after waiting at most `grace` seconds from `observed_at`, or
   less once the route has told what came after the change, or went silent
   (`attribution.health`: the watermark and silence of a route; counted in
@@ -33,14 +39,16 @@ from collections.abc import Callable
 
 from kubescribe import metrics
 from kubescribe.attribution.admitted import AdmittedAuthors
-from kubescribe.attribution.decode import FACT_COLLECTION, FACT_DELETE, Fact
+from kubescribe.attribution.decode import FACT_COLLECTION, FACT_DELETE, FACT_NAMED, Fact
 from kubescribe.attribution.facts import (
     FactIndex,
     collection_key,
+    created_key,
     delete_key,
     delete_name_key,
     from_record,
     version_key,
+    written_key,
 )
 from kubescribe.attribution.health import RouteWatch
 from kubescribe.mirror.authors import UNRESOLVED, Author, ObjectEvent
@@ -48,6 +56,7 @@ from kubescribe.mirror.authors import UNRESOLVED, Author, ObjectEvent
 OUTCOME_EXACT = "exact"
 OUTCOME_DELETE = "delete"
 OUTCOME_COLLECTION = "collection"
+OUTCOME_NAMED = "named"
 OUTCOME_AMBIGUOUS = "ambiguous"
 OUTCOME_UNRESOLVED = "unresolved"
 OUTCOME_ADMITTED = "admitted"
@@ -59,7 +68,8 @@ class AuditAuthorResolver:
 
     `collection_before`/`collection_after` widen a deletecollection's request window when it
     is compared with the (operator-clock) moment a delete was observed: watch delivery lags,
-    and the two clocks may differ a little.
+    and the two clocks may differ a little. `named_before`/`named_after` do the same for
+    `named` facts (narrower: a later write by someone else must not overlap).
     """
 
     def __init__(
@@ -70,6 +80,8 @@ class AuditAuthorResolver:
         *,
         collection_before: float = 1.0,
         collection_after: float = 5.0,
+        named_before: float = 1.0,
+        named_after: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         audit: bool = True,
@@ -87,6 +99,8 @@ class AuditAuthorResolver:
         self.grace = grace
         self.collection_before = collection_before
         self.collection_after = collection_after
+        self.named_before = named_before
+        self.named_after = named_after
         self.clock = clock
         self.wall = wall
 
@@ -105,6 +119,10 @@ class AuditAuthorResolver:
                 author = fact.author if fact else UNRESOLVED
                 return self._answer("audit", outcome, started, author)
             remaining = self._remaining(event, deadline, observed_wall, own)
+            named = self._named(event, observed_wall) if remaining <= 0 else None
+            if named is not None:  # settled: every fact that could name it has come
+                outcome, fact = named
+                return self._answer("audit", outcome, started, fact.author if fact else UNRESOLVED)
             match = admitted.match(event, observed_wall) if admitted is not None else None
             if match is not None and (not self.audit or remaining <= 0):
                 assert admitted is not None
@@ -176,6 +194,30 @@ class AuditAuthorResolver:
         others = [f for f in facts if (f.author, f.username) != (first.author, first.username)]
         if all(first.completed < f.received for f in others):
             return OUTCOME_EXACT, first
+        return OUTCOME_AMBIGUOUS, None
+
+    def _named(self, event: ObjectEvent, observed_wall: float) -> tuple[str, Fact | None] | None:
+        """The one author of the `named` facts that may have made this change, or ambiguous."""
+        if event.operation not in ("CREATE", "UPDATE"):
+            return None
+        route = event.route or self.route
+        keys = [written_key(event.group, event.resource, event.namespace, event.name)]
+        if event.operation == "CREATE":
+            keys.append(created_key(event.group, event.resource, event.namespace))
+        found = [
+            fact
+            for key in keys
+            for fact in map(from_record, self.facts.find(route, key))
+            if fact is not None
+            and fact.kind == FACT_NAMED
+            and fact.received - self.named_before
+            <= observed_wall
+            <= fact.completed + self.named_after
+        ]
+        if not found:
+            return None
+        if len({(f.author, f.username) for f in found}) == 1:
+            return OUTCOME_NAMED, min(found, key=lambda f: f.completed)
         return OUTCOME_AMBIGUOUS, None
 
     def _first(
