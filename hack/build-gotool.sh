@@ -7,6 +7,8 @@
 #
 # NAME is the binary's name, MODULE the module whose `require` line in hack/tools/NAME/go.mod
 # gives the version, PACKAGE the main package; CHECK-ARGS run the cached binary to prove it works.
+# An optional hack/tools/NAME/prepare.sh runs in the scratch module after the download (which
+# checks go.sum), before the build: for a module that does not build as published.
 # The build uses the Go on PATH as it is (GOTOOLCHAIN is left alone: a module that needs a newer
 # Go fails here instead of downloading a toolchain).
 set -euo pipefail
@@ -32,6 +34,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cp "$mod_dir/go.mod" "$mod_dir/go.sum" "$mod_dir/tools.go" "$work/"
 (cd "$work" && go mod download)
+[ ! -f "$mod_dir/prepare.sh" ] || (cd "$work" && bash "$mod_dir/prepare.sh")
 # -trimpath: no build machine paths in the binary. The version variables are the ones each
 # upstream release sets (an unknown -X name is ignored by the linker).
 ldflags="-s -w -X ${module}/version.version=${version} -X sigs.k8s.io/release-utils/version.gitVersion=${version}"

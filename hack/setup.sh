@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs everything kubescribe's tests need on a fresh machine (idempotent): Debian packages,
 # uv, the locked Python environment in .venv, the test control plane, kustomize (built from its
-# Go module, for the kustomize render checks), promtool (likewise, for the alert rules' tests)
-# and (as root) the single-node test cluster that runs kubescribe as a Pod, with the release
-# tools (the distribution registry and cosign, from their Go modules).
+# Go module, for the kustomize render checks), promtool (likewise, for the alert rules' tests),
+# Alertmanager (likewise, for the Alert receiver tests) and (as root) the single-node test
+# cluster that runs kubescribe as a Pod, with the release tools (the distribution registry and
+# cosign, from their Go modules).
 #   --demo: only what hack/demo.sh uses: git, uv, the Python environment and the control plane.
 #   --no-cluster: everything but hack/setup-cluster.sh (hack/test.sh runs that beside the tests
 #                 that do not need it).
@@ -49,12 +50,12 @@ uv sync --frozen --quiet --compile-bytecode
 .venv/bin/python -m compileall -q src >/dev/null
 
 command -v go >/dev/null || { echo "setup: Go is required to build the test control plane" >&2; exit 1; }
-# kustomize and promtool (small builds) go beside the control plane's, whose module downloads
-# leave the cores idle for a while.
+# kustomize, promtool and Alertmanager (smaller builds) go beside the control plane's, whose
+# module downloads leave the cores idle for a while.
 tools_pid=""
 if ! $demo; then
   (
-    for tool in kustomize promtool; do
+    for tool in kustomize promtool alertmanager; do
       start=$(date +%s)
       tool_dir=$(bash "hack/build-$tool.sh")
       echo "setup: $tool ready in $(( $(date +%s) - start ))s: $(basename "$tool_dir")" >&2
@@ -65,7 +66,7 @@ fi
 start=$(date +%s)
 bin_dir=$(bash hack/build-controlplane.sh)
 echo "setup: control plane ready in $(( $(date +%s) - start ))s: $(basename "$bin_dir")" >&2
-[ -z "$tools_pid" ] || wait "$tools_pid" || { echo "setup: building kustomize or promtool failed (above)" >&2; exit 1; }
+[ -z "$tools_pid" ] || wait "$tools_pid" || { echo "setup: building kustomize, promtool or Alertmanager failed (above)" >&2; exit 1; }
 if $demo; then
   exit 0
 fi

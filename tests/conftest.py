@@ -1,4 +1,5 @@
-"""Shared fixtures: a real control plane, a real Redis, a real bare Git remote."""
+"""Shared fixtures: a real control plane, a real Redis, a real bare Git remote, a real
+Alertmanager."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from kubescribe_devenv import alertmanager as am
 from kubescribe_devenv.controlplane import ControlPlane
 from kubescribe_devenv.gitremote import BareRemote
 from kubescribe_devenv.redis import RedisServer
@@ -65,3 +67,15 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def alertmanager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[am.Alertmanager]:
+    """One Alertmanager per test worker, built from its Go module (hack/build-alertmanager.sh);
+    tests tell their alerts apart by their `alert` label (`namespace/name` of the Alert)."""
+    try:
+        binary = am.binary()
+    except am.AlertmanagerMissing as exc:
+        pytest.skip(f"Alertmanager could not be built (Go missing?): {exc}")
+    with am.Alertmanager(binary, tmp_path_factory.mktemp("alertmanager")) as server:
+        yield server

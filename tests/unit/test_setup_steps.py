@@ -16,6 +16,7 @@ STEPS = (
     "build-controlplane.sh",
     "build-kustomize.sh",
     "build-promtool.sh",
+    "build-alertmanager.sh",
     "build-cluster.sh",
     "build-image.sh",
     "build-registry.sh",
@@ -82,14 +83,16 @@ def test_the_demo_builds_the_control_plane_and_nothing_else(tmp_path: Path) -> N
 
 def test_the_test_command_set_up_builds_everything(tmp_path: Path) -> None:
     full = run(tmp_path, "setup.sh")
-    # kustomize and promtool are built beside the control plane; the rest after it, in order.
-    assert sorted(full.steps[:3]) == sorted(STEPS[:3])
-    assert full.steps[3:] == list(STEPS[3:])
+    # kustomize, promtool and Alertmanager are built beside the control plane (that order among
+    # themselves); the rest after it, in order.
+    assert sorted(full.steps[:4]) == sorted(STEPS[:4])
+    assert [s for s in full.steps if s in STEPS[1:4]] == list(STEPS[1:4])
+    assert full.steps[4:] == list(STEPS[4:])
     assert {"git", "redis-server", "containerd", "buildah"} <= full.packages
 
 
 def test_the_whole_suite_defers_the_cluster_set_up(tmp_path: Path) -> None:
     """hack/test.sh builds the cluster's tools beside the other tests (hack/setup-cluster.sh)."""
     first = run(tmp_path, "setup.sh", "--no-cluster")
-    assert sorted(first.steps) == sorted(STEPS[:3])
+    assert sorted(first.steps) == sorted(STEPS[:4])
     assert {"containerd", "buildah"} <= first.packages  # the packages are all installed up front

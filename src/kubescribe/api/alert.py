@@ -3,12 +3,19 @@ told to a receiver, grouped and rate limited (docs/alerts.md)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, model_validator
 
 from kubescribe.api.gittarget import IgnoreIdentities
-from kubescribe.api.schema import ApiModel, LocalObjectReference, Status, defaulted
+from kubescribe.api.schema import (
+    NAME_RULE,
+    ApiModel,
+    LocalObjectReference,
+    Status,
+    cel,
+    defaulted,
+)
 
 _Word = Annotated[str, Field(min_length=1, max_length=253)]
 _Path = Annotated[str, Field(min_length=1, max_length=1024)]
@@ -69,11 +76,78 @@ class WebhookReceiver(ApiModel):
     )
 
 
+class SecretKeyReference(ApiModel):
+    """A key of a Secret in the Alert's own namespace."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        description="Name of the Secret (in the Alert's namespace).",
+        json_schema_extra=cel(NAME_RULE),
+    )
+    key: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=r"^[-._a-zA-Z0-9]+$",
+        description="Key in the Secret's `data`.",
+    )
+
+
+class SlackReceiver(ApiModel):
+    """A Slack-compatible incoming webhook (Slack, Mattermost, Rocket.Chat…)."""
+
+    url_secret_ref: SecretKeyReference = Field(
+        description=(
+            "The key of a Secret in the Alert's namespace that holds the incoming webhook URL"
+            " (it carries a token). The URL is read before each message and checked by the"
+            " same address policy as Git URLs."
+        )
+    )
+
+
+class AlertmanagerReceiver(ApiModel):
+    """Prometheus Alertmanager: each change becomes an alert, routed and silenced there."""
+
+    url: str = Field(
+        min_length=1,
+        max_length=2048,
+        description=(
+            "Alertmanager's base URL (`http://alertmanager.monitoring:9093`); alerts are POSTed"
+            " to `<url>/api/v2/alerts`. Checked by the same address policy as Git URLs."
+        ),
+    )
+    bearer_token_secret_ref: SecretKeyReference | None = Field(
+        None,
+        description=(
+            "The key of a Secret in the Alert's namespace whose value is sent as"
+            " `Authorization: Bearer <token>`."
+        ),
+    )
+    resolve_after_seconds: int = Field(
+        3600,
+        ge=60,
+        le=7 * 86400,
+        description="Each alert's `endsAt`: it resolves by itself this long after it is sent.",
+    )
+
+
+_ONE_RECEIVER = "exactly one receiver: webhook, slack or alertmanager"
+
+
 class AlertSpec(ApiModel):
     """Desired state of an Alert."""
 
     selector: AlertSelector = defaulted(AlertSelector, "Which changes are told.")
-    webhook: WebhookReceiver = Field(description="Where messages are sent.")
+    webhook: WebhookReceiver | None = Field(
+        None, description="A generic JSON webhook (one of webhook, slack, alertmanager)."
+    )
+    slack: SlackReceiver | None = Field(
+        None,
+        description="A Slack-compatible incoming webhook (one of webhook, slack, alertmanager).",
+    )
+    alertmanager: AlertmanagerReceiver | None = Field(
+        None, description="Prometheus Alertmanager's API (one of webhook, slack, alertmanager)."
+    )
     group_window_seconds: int = Field(
         10,
         ge=0,
@@ -84,6 +158,23 @@ class AlertSpec(ApiModel):
         60, ge=1, le=3600, description="Messages past this rate are dropped and counted."
     )
     suspend: bool = Field(False, description="Send nothing while true.")
+
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            (
+                "(has(self.webhook) ? 1 : 0) + (has(self.slack) ? 1 : 0)"
+                " + (has(self.alertmanager) ? 1 : 0) == 1",
+                f"needs {_ONE_RECEIVER}",
+            )
+        )
+    )
+
+    @model_validator(mode="after")
+    def _one_receiver(self) -> Self:
+        """The CEL rule again, for an object the API server admitted under an older CRD."""
+        if sum(r is not None for r in (self.webhook, self.slack, self.alertmanager)) != 1:
+            raise ValueError(f"spec needs {_ONE_RECEIVER}")
+        return self
 
 
 class AlertStatus(Status):

@@ -1,24 +1,23 @@
 """Alerts at run time (docs/alerts.md): watch the `Alert` objects, learn from each write report
 which changes landed in which commit, group them per Alert, and deliver the bursts to each
-Alert's webhook from a bounded queue, with retries, metrics and status.
+Alert's receiver (a webhook here; Slack and Alertmanager in `slack` and `alertmanager`, bodies
+rendered from the webhook's message) from a bounded queue, with retries, metrics and status.
 
-An Alert only ever sees the reports of GitTargets in its own namespace, reads its signing key
-from a Secret in that namespace only, and posts only to a URL the address policy allows (checked
-again, resolved, before every attempt; redirects are not followed).
+An Alert only ever sees the reports of GitTargets in its own namespace, reads its Secrets
+from that namespace only, and posts only to a URL the address policy allows (checked again,
+resolved, before every attempt; redirects are not followed: `alert_delivery`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
+import json
 import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote
 
 import aiohttp
 import structlog
@@ -27,12 +26,16 @@ from pydantic import ValidationError
 from kubescribe import metrics
 from kubescribe.api import conditions as c
 from kubescribe.api.alert import AlertSpec
+from kubescribe.controller.alert_delivery import DeliveryFailed, Outgoing, post, secret_value
+from kubescribe.controller.alertmanager import AlertmanagerMessage
 from kubescribe.controller.caches import ObjectCache
+from kubescribe.controller.slack import SlackMessage
 from kubescribe.controller.status import Cond, StatusWriter
 from kubescribe.git.records import WriteReport
 from kubescribe.git.urlpolicy import UrlRefused, check_receiver_url, resolve_host
-from kubescribe.kube.client import ApiError, KubeClient
+from kubescribe.kube.client import KubeClient
 from kubescribe.kube.informer import Informer, ObjectKey, as_is
+from kubescribe.mirror.alertmanager import alertmanager_body, endpoint
 from kubescribe.mirror.alerts import (
     SIGNATURE_HEADER,
     AlertEvent,
@@ -46,6 +49,7 @@ from kubescribe.mirror.alerts import (
 )
 from kubescribe.mirror.identity import ResourceType
 from kubescribe.mirror.ignore import IgnoreRule, InvalidIgnore
+from kubescribe.mirror.slack import slack_body
 from kubescribe.waits import wait_event
 
 log = structlog.get_logger(__name__)
@@ -58,14 +62,6 @@ BACKOFF = 1.0  # seconds before the second attempt, doubling, capped
 BACKOFF_CAP = 60.0
 POST_TIMEOUT = 10.0
 TICK = 0.25  # seconds between looks at the grouping windows
-
-
-class DeliveryFailed(Exception):
-    """A message could not be delivered; `retry` False when trying again cannot help."""
-
-    def __init__(self, reason: str, message: str, *, retry: bool = True) -> None:
-        super().__init__(message)
-        self.reason, self.message, self.retry = reason, message, retry
 
 
 @dataclass
@@ -91,11 +87,28 @@ class _Route:
 
 @dataclass(frozen=True)
 class _Message:
+    """A message for a webhook receiver."""
+
     route: ObjectKey
     url: str
     secret: str | None
     body: bytes
     count: int
+
+
+def _outgoing(key: ObjectKey, spec: AlertSpec, body: bytes, count: int) -> _Message | Outgoing:
+    """The message for the Alert's receiver; Slack's and Alertmanager's bodies are rendered
+    from the webhook's (so whatever a change carries reaches every receiver)."""
+    if spec.slack is not None:
+        return SlackMessage(key, spec.slack.url_secret_ref, slack_body(json.loads(body)), count)
+    if spec.alertmanager is not None:
+        manager = spec.alertmanager
+        alerts = alertmanager_body(json.loads(body), manager.resolve_after_seconds)
+        token = manager.bearer_token_secret_ref
+        return AlertmanagerMessage(key, endpoint(manager.url), token, alerts, count)
+    assert spec.webhook is not None  # AlertSpec has exactly one receiver
+    secret = spec.webhook.secret_ref.name if spec.webhook.secret_ref else None
+    return _Message(key, spec.webhook.url, secret, body, count)
 
 
 def _route(key: ObjectKey, obj: Mapping[str, Any]) -> _Route:
@@ -122,8 +135,11 @@ def _route(key: ObjectKey, obj: Mapping[str, Any]) -> _Route:
         field_paths=tuple(sel.field_paths),
     )
     refusal = None
+    # A Slack URL is in a Secret: it is checked before each attempt (alert_delivery.post).
+    receiver = spec.webhook or spec.alertmanager
     try:
-        check_receiver_url(spec.webhook.url)
+        if receiver is not None:
+            check_receiver_url(receiver.url)
     except UrlRefused as exc:
         refusal = Cond(c.READY, "False", c.URL_REFUSED, f"{exc.reason}: {exc.message}")
     return _Route(key, generation, spec, rule, refusal, RateLimit(spec.max_messages_per_hour))
@@ -174,7 +190,7 @@ class Alerts:
 
     def __post_init__(self) -> None:
         self._cache = ObjectCache(self._wake)
-        self._queue: asyncio.Queue[_Message] = asyncio.Queue(self.queue_size)
+        self._queue: asyncio.Queue[_Message | Outgoing] = asyncio.Queue(self.queue_size)
 
     # -- the report hook (event loop) ------------------------------------------------------
     def observe(self, report: WriteReport) -> None:
@@ -250,9 +266,8 @@ class Alerts:
             if not route.limit.allow(now):
                 metrics.ALERT_MESSAGES.labels("ratelimited").inc()
                 continue
-            secret = spec.webhook.secret_ref.name if spec.webhook.secret_ref else None
             body = message_body(route.name, burst.events, self.wall())
-            message = _Message(route.key, spec.webhook.url, secret, body, len(burst.events))
+            message = _outgoing(route.key, spec, body, len(burst.events))
             try:
                 self._queue.put_nowait(message)
             except asyncio.QueueFull:
@@ -290,7 +305,9 @@ class Alerts:
                     metrics.ALERT_MESSAGES.labels("failed").inc()
                     log.exception("alert.delivery_crashed")
 
-    async def _deliver_one(self, session: aiohttp.ClientSession, message: _Message) -> None:
+    async def _deliver_one(
+        self, session: aiohttp.ClientSession, message: _Message | Outgoing
+    ) -> None:
         failure = DeliveryFailed(c.RECEIVER_UNREACHABLE, "not tried")
         for attempt in range(self.attempts):
             route = self._routes.get(message.route)
@@ -302,7 +319,7 @@ class Alerts:
             except DeliveryFailed as exc:
                 failure = exc
                 self._fail(route, exc.reason, exc.message)
-                if not exc.retry:
+                if not exc.retry or attempt == self.attempts - 1:
                     break
                 delay = min(BACKOFF_CAP, self.backoff * 2**attempt) * random.uniform(0.8, 1.0)
                 await asyncio.sleep(delay)
@@ -317,47 +334,12 @@ class Alerts:
         metrics.ALERT_MESSAGES.labels("failed").inc()
         log.warning("alert.message_dropped", reason=failure.reason, error=failure.message)
 
-    async def _post(self, session: aiohttp.ClientSession, message: _Message) -> None:
-        loop = asyncio.get_running_loop()
-        try:  # again, resolved: a name re-pointed at a refused address is refused now
-            await loop.run_in_executor(None, check_receiver_url, message.url, self.resolve)
-        except UrlRefused as exc:
-            raise DeliveryFailed(c.URL_REFUSED, f"{exc.reason}: {exc.message}") from None
-        headers = {"Content-Type": "application/json", "User-Agent": "kubescribe-alerts"}
-        if message.secret is not None:
-            key = await self._key(message.route[0], message.secret)
-            headers[SIGNATURE_HEADER] = signature(key, message.body)
-        try:
-            async with session.post(
-                message.url, data=message.body, headers=headers, allow_redirects=False
-            ) as response:
-                status = response.status
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            text = str(exc) or type(exc).__name__
-            raise DeliveryFailed(c.RECEIVER_UNREACHABLE, f"POST failed: {text}") from None
-        if 200 <= status < 300:
+    async def _post(self, session: aiohttp.ClientSession, message: _Message | Outgoing) -> None:
+        if not isinstance(message, _Message):
+            await message.send(session, self.client, self.resolve)
             return
-        retry = status >= 500 or status in (408, 429)
-        raise DeliveryFailed(c.RECEIVER_REJECTED, f"the receiver answered {status}", retry=retry)
-
-    async def _key(self, namespace: str, name: str) -> bytes:
-        """The HMAC key from the Secret `name` of the Alert's own namespace."""
-        try:
-            secret = await self.client.get(
-                f"/api/v1/namespaces/{quote(namespace, safe='')}/secrets/{quote(name, safe='')}"
-            )
-        except ApiError as exc:
-            reason = c.SECRET_NOT_FOUND if exc.status == 404 else c.SECRET_UNAVAILABLE
-            raise DeliveryFailed(reason, f"Secret {namespace}/{name}: {exc.message}") from None
-        value = (secret.get("data") or {}).get(HMAC_KEY)
-        try:
-            key = base64.b64decode(value or "", validate=True)
-        except (binascii.Error, ValueError):
-            key = b""
-        if not key:
-            raise DeliveryFailed(
-                c.SECRET_INVALID,
-                f"Secret {namespace}/{name} has no `{HMAC_KEY}`",
-                retry=False,
-            )
-        return key
+        headers = {}
+        if message.secret is not None:  # the HMAC key, from the Alert's own namespace
+            key = await secret_value(self.client, message.route[0], message.secret, HMAC_KEY)
+            headers[SIGNATURE_HEADER] = signature(key, message.body)
+        await post(session, message.url, message.body, headers, self.resolve)
