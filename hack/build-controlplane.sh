@@ -51,11 +51,15 @@ build_kube() {
   if ! grep -qE "^[[:space:]]*(require )?k8s.io/kubernetes ${KUBE_VERSION}( |$)" "$mod/go.mod"; then
     generate_kube_gomod "$mod"
   fi
-  (cd "$mod" && go mod download)
+  # No `go mod download`: the build fetches only the modules its packages import. One build for
+  # both commands compiles their shared packages once and links the two binaries in parallel.
   local ld="-s -w -X k8s.io/component-base/version.gitVersion=${KUBE_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor}"
-  (cd "$mod" && go build -ldflags "$ld" -o "$out/.kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
+  ld="$ld -X k8s.io/client-go/pkg/version.gitVersion=${KUBE_VERSION}"
+  mkdir -p "$work/bin"
+  (cd "$mod" && go build -ldflags "$ld" -o "$work/bin/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl)
+  mv "$work/bin/kube-apiserver" "$out/.kube-apiserver.tmp"
   mv "$out/.kube-apiserver.tmp" "$out/kube-apiserver"
-  (cd "$mod" && go build -ldflags "$ld -X k8s.io/client-go/pkg/version.gitVersion=${KUBE_VERSION}" -o "$out/.kubectl.tmp" k8s.io/kubernetes/cmd/kubectl)
+  mv "$work/bin/kubectl" "$out/.kubectl.tmp"
   mv "$out/.kubectl.tmp" "$out/kubectl"
 }
 
@@ -67,13 +71,18 @@ build_etcd() {
     (cd "$mod" && go mod tidy >/dev/null)
     cp "$mod/go.mod" "$mod/go.sum" "$here/controlplane/etcd/"
   fi
-  (cd "$mod" && go mod download)
   (cd "$mod" && go build -ldflags "-s -w" -o "$out/.etcd.tmp" go.etcd.io/etcd/server/v3)
   mv "$out/.etcd.tmp" "$out/etcd"
 }
 
+# etcd builds beside kube: the cores are idle while a build downloads modules or links.
+etcd_pid=""
+if ! ok etcd --version; then
+  build_etcd &
+  etcd_pid=$!
+fi
 if ! { ok kube-apiserver --version && ok kubectl version --client; }; then
   build_kube
 fi
-ok etcd --version || build_etcd
+[ -z "$etcd_pid" ] || wait "$etcd_pid" || { echo "building etcd failed (above)" >&2; exit 1; }
 echo "$out"
