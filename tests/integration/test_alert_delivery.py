@@ -81,7 +81,7 @@ async def receiver() -> AsyncIterator[tuple[Receiver, str]]:
 
 def alerts_for(url: str, secrets: dict[str, dict[str, Any]]) -> tuple[Alerts, Statuses, Api]:
     api, statuses = Api(secrets), Statuses()
-    alerts = Alerts(api, statuses, backoff=0.01, attempts=3)  # type: ignore[arg-type]
+    alerts = Alerts(api, statuses, backoff=0.01)  # type: ignore[arg-type]
     spec = {"webhook": {"url": url, "secretRef": {"name": "key"}}}
     obj = {"metadata": {"name": "a", "namespace": "team", "generation": 1}, "spec": spec}
     alerts._routes[("team", "a")] = _route(("team", "a"), obj)
@@ -105,7 +105,7 @@ async def test_a_failing_receiver_is_retried_and_the_status_says_so_until_it_rec
     found.answers = [503, 503]
     alerts, statuses, _ = alerts_for(url, SECRET)
     before = sent()
-    message = _Message(("team", "a"), url, "key", b'{"count":1}', 1)
+    message = _Message(("team", "a"), url, "key", b'{"count":1}', 1, attempts=3)
     async with aiohttp.ClientSession() as session:
         delivering = asyncio.create_task(alerts._deliver_one(session, message))
         async with asyncio.timeout(10):

@@ -244,3 +244,37 @@ def test_a_burst_is_one_message_and_an_alert_hears_only_its_namespace() -> None:
     assert message.count == 100
     assert json.loads(message.body)["count"] == 100
     assert alerts._routes[theirs].burst is None
+
+
+def test_a_flux_change_says_so_links_its_commit_and_a_delete_keeps_its_owner() -> None:
+    alerts = Alerts(client=None, status=None, wall=lambda: 0.0)  # type: ignore[arg-type]
+    spec = {"webhook": {"url": "https://h.example.org/"}, "groupWindowSeconds": 0}
+    alerts._routes = {("team", "a"): _route(("team", "a"), _alert(spec))}
+    flux = deployment(1)
+    flux["metadata"]["labels"] = {
+        "kustomize.toolkit.fluxcd.io/name": "apps",
+        "kustomize.toolkit.fluxcd.io/namespace": "flux-system",
+    }
+    url = "https://github.com/acme/mirror/commit/"
+    for sha, doc, op in (("a1", flux, Operation.UPDATE), ("b2", None, Operation.DELETE)):
+        landed = Landed(sha * 4, ALICE, change(doc, op), url + sha * 4)
+        alerts.observe(WriteReport(target=T, landed=(landed,)))
+        alerts._close_bursts()
+    for sha in ("a1", "b2"):
+        body = json.loads(alerts._queue.get_nowait().body)
+        (told,) = body["changes"]
+        assert told["managedBy"] == {
+            "tool": "Flux",
+            "kind": "Kustomization",
+            "namespace": "flux-system",
+            "name": "apps",
+        }
+        assert told["drift"] == "changed outside Flux: kustomization flux-system/apps"
+        assert told["commitUrl"] == body["commitUrl"] == url + sha * 4
+
+
+def test_an_object_without_gitops_labels_has_no_owner_nor_link() -> None:
+    parsed = json.loads(message_body("team/a", [event()], 1.0))
+    (told,) = parsed["changes"]
+    assert (told["managedBy"], told["drift"], told["commitUrl"]) == (None, None, None)
+    assert parsed["commitUrl"] is None

@@ -53,9 +53,7 @@ log = structlog.get_logger(__name__)
 ALERTS = ResourceType("kubescribe.io", "v1alpha1", "alerts", "Alert", True)
 HMAC_KEY = "hmacKey"  # the key of the Secret named by spec.webhook.secretRef
 QUEUE_SIZE = 256  # messages waiting for delivery, all Alerts together
-ATTEMPTS = 6  # per message
-BACKOFF = 1.0  # seconds before the second attempt, doubling, capped
-BACKOFF_CAP = 60.0
+BACKOFF = 1.0  # seconds before the second attempt, doubling, capped by the Alert's spec
 POST_TIMEOUT = 10.0
 TICK = 0.25  # seconds between looks at the grouping windows
 
@@ -96,6 +94,8 @@ class _Message:
     secret: str | None
     body: bytes
     count: int
+    attempts: int = 8  # spec.delivery
+    backoff_cap: float = 60.0
 
 
 def _route(key: ObjectKey, obj: Mapping[str, Any]) -> _Route:
@@ -165,12 +165,12 @@ class Alerts:
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
     resolve: Callable[[str], list[str]] = resolve_host
-    attempts: int = ATTEMPTS
     backoff: float = BACKOFF
     queue_size: int = QUEUE_SIZE
     _routes: dict[ObjectKey, _Route] = field(default_factory=dict)
     _memory: FieldMemory = field(default_factory=FieldMemory)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         self._cache = ObjectCache(self._wake)
@@ -193,8 +193,17 @@ class Alerts:
             return
         now, at = self.clock(), self.wall()
         for landed in report.landed:
+            owner = self._memory.owner(landed.change)
             paths = self._memory.changed(landed.change)
-            event = event_of(landed.change, landed.commit, landed.author, paths, at)
+            event = event_of(
+                landed.change,
+                landed.commit,
+                landed.author,
+                paths,
+                at,
+                commit_url=landed.url,
+                owner=owner,
+            )
             for route in routes:
                 self._collect(route, event, now)
         self._wake.set()
@@ -244,7 +253,9 @@ class Alerts:
         now = self.clock()
         for route in self._routes.values():
             burst, spec = route.burst, route.spec
-            if burst is None or spec is None or not burst.due(spec.group_window_seconds, now):
+            if burst is None or spec is None:
+                continue
+            if not (self._stopping.is_set() or burst.due(spec.group_window_seconds, now)):
                 continue
             route.burst = None
             if not route.limit.allow(now):
@@ -252,7 +263,16 @@ class Alerts:
                 continue
             secret = spec.webhook.secret_ref.name if spec.webhook.secret_ref else None
             body = message_body(route.name, burst.events, self.wall())
-            message = _Message(route.key, spec.webhook.url, secret, body, len(burst.events))
+            retry = spec.delivery
+            message = _Message(
+                route.key,
+                spec.webhook.url,
+                secret,
+                body,
+                len(burst.events),
+                retry.attempts,
+                float(retry.max_backoff_seconds),
+            )
             try:
                 self._queue.put_nowait(message)
             except asyncio.QueueFull:
@@ -277,6 +297,15 @@ class Alerts:
             log.warning("alert.delivery_failed", alert=route.name, reason=reason, error=message)
         self._wake.set()
 
+    async def flush(self) -> None:
+        """At a stop (bounded by the caller, `run` still running): close every open window
+        now and deliver what is queued, with no retry past the attempt under way."""
+        self._stopping.set()
+        self._close_bursts()
+        queued = self._queue.qsize()
+        await self._queue.join()
+        log.info("alert.flushed", messages=queued)
+
     # -- delivery --------------------------------------------------------------------------
     async def _deliver(self) -> None:
         timeout = aiohttp.ClientTimeout(total=POST_TIMEOUT)
@@ -289,10 +318,12 @@ class Alerts:
                 except Exception:  # a bug costs this message, not the delivery task
                     metrics.ALERT_MESSAGES.labels("failed").inc()
                     log.exception("alert.delivery_crashed")
+                finally:
+                    self._queue.task_done()
 
     async def _deliver_one(self, session: aiohttp.ClientSession, message: _Message) -> None:
         failure = DeliveryFailed(c.RECEIVER_UNREACHABLE, "not tried")
-        for attempt in range(self.attempts):
+        for attempt in range(message.attempts):
             route = self._routes.get(message.route)
             if route is None:  # the Alert is gone
                 metrics.ALERT_MESSAGES.labels("dropped").inc()
@@ -302,10 +333,10 @@ class Alerts:
             except DeliveryFailed as exc:
                 failure = exc
                 self._fail(route, exc.reason, exc.message)
-                if not exc.retry:
+                if not exc.retry or self._stopping.is_set():
                     break
-                delay = min(BACKOFF_CAP, self.backoff * 2**attempt) * random.uniform(0.8, 1.0)
-                await asyncio.sleep(delay)
+                delay = min(message.backoff_cap, self.backoff * 2**attempt)
+                await wait_event(self._stopping, delay * random.uniform(0.8, 1.0))
                 continue
             route.sent += 1
             route.last_sent_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

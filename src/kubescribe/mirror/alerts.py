@@ -2,8 +2,9 @@
 field paths were, how a burst becomes one message and how many messages an hour may go, and the
 message's bytes and signature. Pure: no I/O, clocks are arguments.
 
-A message names who, what and when, and the commit; it carries field paths, never a value (a
-Secret's paths name its keys, not their contents).
+A message names who, what and when, the commit and its web page, and the Flux or Argo CD
+object that manages what changed; it carries field paths, never a value (a Secret's paths name
+its keys, not their contents).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from kubescribe.mirror.authors import Author
 from kubescribe.mirror.changes import Change, TargetKey
 from kubescribe.mirror.fieldpaths import flatten
+from kubescribe.mirror.gitops_owner import GitOpsOwner, gitops_owner
 from kubescribe.mirror.identity import Identity
 from kubescribe.mirror.ignore import IgnoreRule
 
@@ -46,6 +48,8 @@ class AlertEvent:
     target: str
     paths: tuple[str, ...] | None
     at: float
+    commit_url: str | None = None
+    owner: GitOpsOwner | None = None  # the Flux or Argo CD object that applies it
 
     def as_json(self) -> dict[str, Any]:
         paths = None if self.paths is None else list(self.paths[:MAX_PATHS_LISTED])
@@ -64,6 +68,9 @@ class AlertEvent:
                 "fieldPaths": paths,
             },
             "commit": self.commit,
+            "commitUrl": self.commit_url,
+            "managedBy": self.owner.as_json() if self.owner is not None else None,
+            "drift": self.owner.line if self.owner is not None else None,
             "target": self.target,
             "observedAt": self.at,
         }
@@ -103,7 +110,14 @@ def _under_any(paths: Iterable[str], prefixes: Sequence[str]) -> bool:
 
 
 def event_of(
-    change: Change, commit: str, author: Author | None, paths: tuple[str, ...] | None, at: float
+    change: Change,
+    commit: str,
+    author: Author | None,
+    paths: tuple[str, ...] | None,
+    at: float,
+    *,
+    commit_url: str | None = None,
+    owner: GitOpsOwner | None = None,
 ) -> AlertEvent:
     identity = change.identity
     return AlertEvent(
@@ -119,6 +133,8 @@ def event_of(
         target=str(change.target),
         paths=paths,
         at=at,
+        commit_url=commit_url,
+        owner=owner,
     )
 
 
@@ -132,25 +148,41 @@ def _digests(document: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class _Seen:
+    digests: dict[str, str]
+    owner: GitOpsOwner | None
+
+
 class FieldMemory:
-    """The leaf digests of the last version of each document seen, to tell which field paths
-    a change changed. Bounded (least recently seen forgotten first)."""
+    """The leaf digests (and GitOps owner) of the last version of each document seen, to tell
+    which field paths a change changed, and who managed a deleted object. Bounded (least
+    recently seen forgotten first)."""
 
     def __init__(self, limit: int = _MAX_REMEMBERED) -> None:
         self._limit = limit
-        self._seen: OrderedDict[tuple[TargetKey, Identity], dict[str, str]] = OrderedDict()
+        self._seen: OrderedDict[tuple[TargetKey, Identity], _Seen] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._seen)
 
+    def owner(self, change: Change) -> GitOpsOwner | None:
+        """The GitOps owner of what `change` wrote, or for a delete of the last version seen
+        (ask before `changed`, which forgets a deleted object)."""
+        if change.document is not None:
+            return gitops_owner(change.document)
+        seen = self._seen.get((change.target, change.identity))
+        return seen.owner if seen is not None else None
+
     def changed(self, change: Change) -> tuple[str, ...] | None:
         """The field paths `change` changed (all of them for a create; None: unknown)."""
         key = (change.target, change.identity)
-        before = self._seen.pop(key, None)
+        seen = self._seen.pop(key, None)
+        before = seen.digests if seen is not None else None
         if change.document is None:
             return tuple(sorted(before)) if before is not None else None
         after = _digests(change.document)
-        self._seen[key] = after
+        self._seen[key] = _Seen(after, gitops_owner(change.document))
         while len(self._seen) > self._limit:
             self._seen.popitem(last=False)
         if str(change.operation) == "CREATE":
@@ -200,6 +232,7 @@ def message_body(alert: str, events: Sequence[AlertEvent], sent_at: float) -> by
         "count": len(events),
         "omitted": len(events) - len(listed),
         "commits": commits,
+        "commitUrl": events[-1].commit_url if events else None,  # the last commit's page
         "changes": [e.as_json() for e in listed],
     }
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
