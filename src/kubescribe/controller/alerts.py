@@ -299,7 +299,8 @@ class Alerts:
 
     async def flush(self) -> None:
         """At a stop (bounded by the caller, `run` still running): close every open window
-        now and deliver what is queued, with no retry past the attempt under way."""
+        now and deliver what is queued; a message waiting for its next try is tried once
+        more at once, and a failed try is not retried."""
         self._stopping.set()
         self._close_bursts()
         queued = self._queue.qsize()
