@@ -302,7 +302,10 @@ class Alerts:
         now and deliver what is queued; a message waiting for its next try is tried once
         more at once, and a failed try is not retried."""
         self._stopping.set()
-        self._close_bursts()
+        try:
+            self._close_bursts()
+        except Exception:  # a bug here must not cost the rest of the stop
+            log.exception("alert.flush_failed")
         queued = self._queue.qsize()
         await self._queue.join()
         log.info("alert.flushed", messages=queued)
