@@ -156,7 +156,7 @@ def test_flux_is_untold_alice_is_told_with_owner_and_link_and_a_burst_is_one_mes
     # Flux applies the Deployment (its ServiceAccount): in Git, not told.
     create_as(audited, FLUX_SA, flux_deployment("web", ns))
     web = f"mirror/{ns}/apps/deployments/web.yaml"
-    wait_for(in_git(remote, web, "replicas: 1"), timeout=60, what="Flux's deployment in Git")
+    wait_for(lambda: web in remote.files(), timeout=60, what="Flux's deployment in Git")
     audited.kubectl_as("alice", "scale", "deployment", "web", "-n", ns, "--replicas=3")
     wait_for(in_git(remote, web, "replicas: 3"), timeout=60, what="alice's scale in Git")
     wait_for(found.got, timeout=30, what="the drift message")
@@ -262,7 +262,7 @@ def test_a_stop_flushes_the_open_window_and_a_restart_tells_nothing_twice(
     alert_ready(audited, "held", ns)
     create_as(audited, "alice", deployment("web", ns))
     web = f"mirror/{ns}/apps/deployments/web.yaml"
-    wait_for(in_git(remote, web, "replicas: 1"), timeout=60, what="alice's deployment in Git")
+    wait_for(lambda: web in remote.files(), timeout=60, what="alice's deployment in Git")
     assert found.got() == []
     op.stop()
     assert op.proc is not None

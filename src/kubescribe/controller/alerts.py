@@ -193,17 +193,8 @@ class Alerts:
             return
         now, at = self.clock(), self.wall()
         for landed in report.landed:
-            owner = self._memory.owner(landed.change)
             paths = self._memory.changed(landed.change)
-            event = event_of(
-                landed.change,
-                landed.commit,
-                landed.author,
-                paths,
-                at,
-                commit_url=landed.url,
-                owner=owner,
-            )
+            event = event_of(landed.change, landed.commit, landed.author, paths, at, landed.url)
             for route in routes:
                 self._collect(route, event, now)
         self._wake.set()

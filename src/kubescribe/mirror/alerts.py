@@ -20,7 +20,7 @@ from typing import Any
 from kubescribe.mirror.authors import Author
 from kubescribe.mirror.changes import Change, TargetKey
 from kubescribe.mirror.fieldpaths import flatten
-from kubescribe.mirror.gitops_owner import GitOpsOwner, gitops_owner
+from kubescribe.mirror.gitops_owner import GitOpsOwner
 from kubescribe.mirror.identity import Identity
 from kubescribe.mirror.ignore import IgnoreRule
 
@@ -115,9 +115,7 @@ def event_of(
     author: Author | None,
     paths: tuple[str, ...] | None,
     at: float,
-    *,
     commit_url: str | None = None,
-    owner: GitOpsOwner | None = None,
 ) -> AlertEvent:
     identity = change.identity
     return AlertEvent(
@@ -134,7 +132,7 @@ def event_of(
         paths=paths,
         at=at,
         commit_url=commit_url,
-        owner=owner,
+        owner=change.owner,
     )
 
 
@@ -148,41 +146,25 @@ def _digests(document: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
-@dataclass(frozen=True)
-class _Seen:
-    digests: dict[str, str]
-    owner: GitOpsOwner | None
-
-
 class FieldMemory:
-    """The leaf digests (and GitOps owner) of the last version of each document seen, to tell
-    which field paths a change changed, and who managed a deleted object. Bounded (least
-    recently seen forgotten first)."""
+    """The leaf digests of the last version of each document seen, to tell which field paths
+    a change changed. Bounded (least recently seen forgotten first)."""
 
     def __init__(self, limit: int = _MAX_REMEMBERED) -> None:
         self._limit = limit
-        self._seen: OrderedDict[tuple[TargetKey, Identity], _Seen] = OrderedDict()
+        self._seen: OrderedDict[tuple[TargetKey, Identity], dict[str, str]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._seen)
 
-    def owner(self, change: Change) -> GitOpsOwner | None:
-        """The GitOps owner of what `change` wrote, or for a delete of the last version seen
-        (ask before `changed`, which forgets a deleted object)."""
-        if change.document is not None:
-            return gitops_owner(change.document)
-        seen = self._seen.get((change.target, change.identity))
-        return seen.owner if seen is not None else None
-
     def changed(self, change: Change) -> tuple[str, ...] | None:
         """The field paths `change` changed (all of them for a create; None: unknown)."""
         key = (change.target, change.identity)
-        seen = self._seen.pop(key, None)
-        before = seen.digests if seen is not None else None
+        before = self._seen.pop(key, None)
         if change.document is None:
             return tuple(sorted(before)) if before is not None else None
         after = _digests(change.document)
-        self._seen[key] = _Seen(after, gitops_owner(change.document))
+        self._seen[key] = after
         while len(self._seen) > self._limit:
             self._seen.popitem(last=False)
         if str(change.operation) == "CREATE":

@@ -1,5 +1,6 @@
-"""Which GitOps object manages a Kubernetes object, from the labels and annotations it was
-written with (docs/alerts.md, "GitOps ownership"). Pure; never raises on hostile metadata.
+"""Which GitOps object manages a Kubernetes object, from the labels and annotations the API
+server holds for it, read before the mirror strips them as bookkeeping (docs/alerts.md, "GitOps
+ownership"). Pure; never raises on hostile metadata.
 
 - Flux: the labels `kustomize.toolkit.fluxcd.io/name` and `/namespace` (a Kustomization) or
   `helm.toolkit.fluxcd.io/name` and `/namespace` (a HelmRelease; the nearer owner when both
