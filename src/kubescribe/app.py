@@ -164,11 +164,13 @@ async def run_operator(
         await manager.run()
     finally:
         # Bounded like the manager's shutdown: a server that does not answer costs a log line.
+        # The alerts of what the last writes pushed are sent beside, before the client closes.
+        closing = [within(alerts.flush(), _CLOSE_TIMEOUT), within(cursors.close(), _CLOSE_TIMEOUT)]
+        if runner is not None:
+            closing.append(within(runner.cleanup(), _CLOSE_TIMEOUT))
+        await asyncio.gather(*closing)
         alerting.cancel()
         if upkeep is not None:
             upkeep.cancel()
-        if runner is not None:
-            await within(runner.cleanup(), _CLOSE_TIMEOUT)
-        await within(cursors.close(), _CLOSE_TIMEOUT)
         await within(sites.aclose(), _CLOSE_TIMEOUT)
         log.info("operator.stopped")

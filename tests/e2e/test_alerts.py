@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,27 +65,38 @@ class Receiver:
         return web.Response(status=204)
 
 
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    found = Receiver(free_port())
+@contextlib.contextmanager
+def receiver_on(
+    handle: Callable[[web.Request], Awaitable[web.StreamResponse]], port: int = 0
+) -> Iterator[int]:
+    """An aiohttp server on 127.0.0.1 (in a thread of its own) calling `handle` for every
+    POST; yields its port."""
+    port = port or free_port()
     loop = asyncio.new_event_loop()
     app = web.Application()
-    app.router.add_post("/{tail:.*}", found.handle)
+    app.router.add_post("/{tail:.*}", handle)
     runner = web.AppRunner(app)
 
     async def start() -> None:
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", found.port).start()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
 
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     asyncio.run_coroutine_threadsafe(start(), loop).result(timeout=10)
     try:
-        yield found
+        yield port
     finally:
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    found = Receiver(free_port())
+    with receiver_on(found.handle, found.port):
+        yield found
 
 
 def alert(name: str, namespace: str, url: str, **spec: Any) -> dict[str, Any]:

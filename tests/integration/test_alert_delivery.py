@@ -1,6 +1,6 @@
 """Alert delivery against a real HTTP receiver on loopback: retries with backoff through a
 receiver that fails, the failure and the recovery on the Alert's conditions, no retry of a 4xx,
-the signing key from the Alert's own namespace only."""
+the signing key from the Alert's own namespace only, and the flush at a stop."""
 
 from __future__ import annotations
 
@@ -20,7 +20,10 @@ from kubescribe import metrics
 from kubescribe.api import conditions as c
 from kubescribe.controller.alerts import Alerts, _Message, _route
 from kubescribe.controller.status import Cond
+from kubescribe.git.records import Landed, WriteReport
 from kubescribe.kube.client import ApiError
+from kubescribe.mirror.changes import Change, Operation, TargetKey
+from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe_devenv.controlplane import free_port
 
 KEY = b"k3y"
@@ -81,7 +84,7 @@ async def receiver() -> AsyncIterator[tuple[Receiver, str]]:
 
 def alerts_for(url: str, secrets: dict[str, dict[str, Any]]) -> tuple[Alerts, Statuses, Api]:
     api, statuses = Api(secrets), Statuses()
-    alerts = Alerts(api, statuses, backoff=0.01, attempts=3)  # type: ignore[arg-type]
+    alerts = Alerts(api, statuses, backoff=0.01)  # type: ignore[arg-type]
     spec = {"webhook": {"url": url, "secretRef": {"name": "key"}}}
     obj = {"metadata": {"name": "a", "namespace": "team", "generation": 1}, "spec": spec}
     alerts._routes[("team", "a")] = _route(("team", "a"), obj)
@@ -105,7 +108,7 @@ async def test_a_failing_receiver_is_retried_and_the_status_says_so_until_it_rec
     found.answers = [503, 503]
     alerts, statuses, _ = alerts_for(url, SECRET)
     before = sent()
-    message = _Message(("team", "a"), url, "key", b'{"count":1}', 1)
+    message = _Message(("team", "a"), url, "key", b'{"count":1}', 1, attempts=3)
     async with aiohttp.ClientSession() as session:
         delivering = asyncio.create_task(alerts._deliver_one(session, message))
         async with asyncio.timeout(10):
@@ -153,3 +156,45 @@ async def test_the_key_is_read_from_the_alerts_own_namespace_only(
     assert all("/other" not in p.removeprefix("/api/v1/namespaces/team/") for p in api.asked)
     ready = {x.type: x for x in statuses.written[-1]}[c.READY]
     assert (ready.status, ready.reason) == ("False", c.SECRET_NOT_FOUND)
+
+
+async def test_a_stop_sends_the_open_window_at_once_and_tries_a_failing_receiver_once(
+    receiver: tuple[Receiver, str],
+) -> None:
+    found, url = receiver
+    alerts, _, _ = alerts_for(url, SECRET)
+    obj = alerts._cache.objects[("team", "a")]
+    obj["spec"] = {**obj["spec"], "groupWindowSeconds": 3600, "delivery": {"attempts": 8}}
+    alerts._routes[("team", "a")] = _route(("team", "a"), obj)
+    alerts.backoff = 30.0  # a retry would outlast the test's bound
+    rtype = ResourceType("", "v1", "configmaps", "ConfigMap", True)
+    doc = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "team"}}
+
+    def report(sha: str) -> WriteReport:
+        change = Change(
+            TargetKey("team", "t"),
+            Operation.CREATE,
+            Identity("", "ConfigMap", "team", "x"),
+            rtype,
+            doc,
+            0.0,
+        )
+        return WriteReport(target=TargetKey("team", "t"), landed=(Landed(sha, None, change),))
+
+    found.answers = [503]
+    delivering = asyncio.create_task(alerts._deliver())
+    try:
+        alerts.observe(report("a" * 40))
+        assert alerts._routes[("team", "a")].burst is not None  # the window is open
+        async with asyncio.timeout(10):
+            await alerts.flush()
+        assert len(found.got) == 1  # tried once, not retried 30 s later
+        assert alerts._queue.qsize() == 0
+        found.answers = []
+        alerts.observe(report("b" * 40))  # landed by the last push of the stop
+        async with asyncio.timeout(10):
+            await alerts.flush()
+        assert len(found.got) == 2
+        assert b"b" * 40 in found.got[-1][0]
+    finally:
+        delivering.cancel()

@@ -109,10 +109,11 @@ async def deliver(
 ) -> tuple[Statuses, Api]:
     """Deliver one message of `changes` for an Alert `team/<name>` with `spec`."""
     api, statuses = Api(secrets), Statuses()
-    alerts = Alerts(api, statuses, backoff=0.01, attempts=2)  # type: ignore[arg-type]
+    alerts = Alerts(api, statuses, backoff=0.01)  # type: ignore[arg-type]
     if resolve is not None:
         alerts.resolve = resolve
     key = ("team", name)
+    spec = {"delivery": {"attempts": 2}, **spec}
     obj = {"metadata": {"name": name, "namespace": "team", "generation": 1}, "spec": spec}
     route = alerts._routes[key] = _route(key, obj)
     alerts._cache.objects[key] = obj
@@ -259,9 +260,10 @@ async def test_a_message_given_up_does_not_hold_the_queue_for_one_more_backoff()
     """The last attempt's failure ends the message at once: one delivery task serves every
     Alert, so a backoff after it delayed every other Alert's messages for nothing (up to 60 s)."""
     api, statuses = Api({}), Statuses()
-    alerts = Alerts(api, statuses, backoff=3600.0, attempts=1)  # type: ignore[arg-type]
+    alerts = Alerts(api, statuses, backoff=3600.0)  # type: ignore[arg-type]
     key = ("team", "a")
-    obj = {"metadata": {"name": "a", "namespace": "team", "generation": 1}, "spec": slack_spec()}
+    spec = {**slack_spec(), "delivery": {"attempts": 1}}
+    obj = {"metadata": {"name": "a", "namespace": "team", "generation": 1}, "spec": spec}
     route = alerts._routes[key] = _route(key, obj)
     assert route.spec is not None
     message = _outgoing(key, route.spec, message_body("team/a", [], time.time()), 1)

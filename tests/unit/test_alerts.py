@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from kubescribe.mirror.alerts import (
 )
 from kubescribe.mirror.authors import Author
 from kubescribe.mirror.changes import Change, Operation, TargetKey
+from kubescribe.mirror.gitops_owner import GitOpsOwner
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.ignore import IgnoreRule
 
@@ -244,3 +246,33 @@ def test_a_burst_is_one_message_and_an_alert_hears_only_its_namespace() -> None:
     assert message.count == 100
     assert json.loads(message.body)["count"] == 100
     assert alerts._routes[theirs].burst is None
+
+
+def test_a_flux_change_says_so_and_links_its_commit_a_delete_too() -> None:
+    alerts = Alerts(client=None, status=None, wall=lambda: 0.0)  # type: ignore[arg-type]
+    spec = {"webhook": {"url": "https://h.example.org/"}, "groupWindowSeconds": 0}
+    alerts._routes = {("team", "a"): _route(("team", "a"), _alert(spec))}
+    owner = GitOpsOwner("Flux", "Kustomization", "flux-system", "apps")
+    url = "https://github.com/acme/mirror/commit/"
+    for sha, doc, op in (("a1", deployment(1), Operation.UPDATE), ("b2", None, Operation.DELETE)):
+        told = replace(change(doc, op), owner=owner)
+        alerts.observe(WriteReport(target=T, landed=(Landed(sha * 4, ALICE, told, url + sha * 4),)))
+        alerts._close_bursts()
+    for sha in ("a1", "b2"):
+        body = json.loads(alerts._queue.get_nowait().body)
+        (told_json,) = body["changes"]
+        assert told_json["managedBy"] == {
+            "tool": "Flux",
+            "kind": "Kustomization",
+            "namespace": "flux-system",
+            "name": "apps",
+        }
+        assert told_json["drift"] == "changed outside Flux: kustomization flux-system/apps"
+        assert told_json["commitUrl"] == body["commitUrl"] == url + sha * 4
+
+
+def test_an_object_without_gitops_labels_has_no_owner_nor_link() -> None:
+    parsed = json.loads(message_body("team/a", [event()], 1.0))
+    (told,) = parsed["changes"]
+    assert (told["managedBy"], told["drift"], told["commitUrl"]) == (None, None, None)
+    assert parsed["commitUrl"] is None

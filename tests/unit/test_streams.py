@@ -8,6 +8,7 @@ from kubescribe import metrics
 from kubescribe.controller.cursors import StreamJournal
 from kubescribe.controller.streams import Initial, StreamSpec, TargetStream, merge_operations
 from kubescribe.mirror.changes import Change, Operation, PackedDocuments, Snapshot, TargetKey
+from kubescribe.mirror.gitops_owner import GitOpsOwner
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY
 from kubescribe.mirror.owned import Content
@@ -272,3 +273,29 @@ async def test_a_stale_replayed_event_submits_nothing_and_moves_the_cursor_past_
     save = journal.ack("12", 1)
     assert save is not None
     assert save.added == {("ns", "doomed"), ("ns", "kept")}
+
+
+async def test_the_gitops_owner_is_read_from_the_object_before_its_bookkeeping_is_stripped() -> (
+    None
+):
+    stream, out = sink()
+    flux = cm(
+        "a",
+        **{
+            "kustomize.toolkit.fluxcd.io/name": "apps",
+            "kustomize.toolkit.fluxcd.io/namespace": "flux-system",
+        },
+    )
+    await stream.on_event("MODIFIED", flux, "7")
+    await stream.on_event("DELETED", flux, "8")
+    await stream.on_event("ADDED", cm("b"), "9")
+    updated, deleted, plain = out
+    assert isinstance(updated, Change)
+    assert isinstance(deleted, Change)
+    assert isinstance(plain, Change)
+    assert updated.document is not None
+    assert "labels" not in updated.document["metadata"]  # stripped: not in Git
+    owner = GitOpsOwner("Flux", "Kustomization", "flux-system", "apps")
+    assert updated.owner == deleted.owner == owner
+    assert deleted.document is None
+    assert plain.owner is None

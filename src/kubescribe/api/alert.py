@@ -134,6 +134,24 @@ class AlertmanagerReceiver(ApiModel):
 _ONE_RECEIVER = "exactly one receiver: webhook, slack or alertmanager"
 
 
+class DeliverySpec(ApiModel):
+    """How long a message is retried: attempts with exponential backoff from 1 s."""
+
+    attempts: int = Field(
+        8,
+        ge=1,
+        le=30,
+        description=(
+            "Tries per message (8: about 100 s to 2 minutes of a receiver down or answering"
+            " 5xx/408/429). The queue is shared: a message being retried holds the ones"
+            " behind it."
+        ),
+    )
+    max_backoff_seconds: int = Field(
+        60, ge=1, le=600, description="Cap of the doubling wait between two tries."
+    )
+
+
 class AlertSpec(ApiModel):
     """Desired state of an Alert."""
 
@@ -157,6 +175,7 @@ class AlertSpec(ApiModel):
     max_messages_per_hour: int = Field(
         60, ge=1, le=3600, description="Messages past this rate are dropped and counted."
     )
+    delivery: DeliverySpec = defaulted(DeliverySpec, "Retries of a failed delivery.")
     suspend: bool = Field(False, description="Send nothing while true.")
 
     model_config = ConfigDict(

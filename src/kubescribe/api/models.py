@@ -25,6 +25,7 @@ from kubescribe.api.schema import (
     defaulted,
     duration_rule,
 )
+from kubescribe.net.weblinks import TEMPLATE_PATTERN
 
 GROUP: Final = "kubescribe.io"
 VERSION: Final = "v1alpha1"
@@ -229,6 +230,16 @@ class GitProviderSpec(ApiModel):
     attribution: AttributionSpec = defaulted(AttributionSpec, "Who is recorded as author.")
     signing: SigningSpec | None = Field(
         None, description="Sign every commit with an SSH key; unset means unsigned commits."
+    )
+    commit_url_template: str | None = Field(
+        None,
+        max_length=2048,
+        pattern=TEMPLATE_PATTERN,
+        description=(
+            "Web page of a commit, `https://` with exactly one `{sha}` placeholder (e.g."
+            " `https://git.example.org/team/repo/-/commit/{sha}`), linked from Alert messages."
+            " Unset: derived for remotes on github.com, gitlab.com and bitbucket.org."
+        ),
     )
 
 

@@ -46,6 +46,14 @@ class Outgoing(Protocol):
     @property
     def body(self) -> bytes: ...
 
+    @property
+    def attempts(self) -> int:
+        """Tries in all (spec.delivery.attempts)."""
+
+    @property
+    def backoff_cap(self) -> float:
+        """The longest wait between two tries (spec.delivery.maxBackoffSeconds)."""
+
     async def send(
         self, session: aiohttp.ClientSession, client: KubeClient, resolve: Resolve
     ) -> None:

@@ -57,9 +57,7 @@ log = structlog.get_logger(__name__)
 ALERTS = ResourceType("kubescribe.io", "v1alpha1", "alerts", "Alert", True)
 HMAC_KEY = "hmacKey"  # the key of the Secret named by spec.webhook.secretRef
 QUEUE_SIZE = 256  # messages waiting for delivery, all Alerts together
-ATTEMPTS = 6  # per message
-BACKOFF = 1.0  # seconds before the second attempt, doubling, capped
-BACKOFF_CAP = 60.0
+BACKOFF = 1.0  # seconds before the second attempt, doubling, capped by the Alert's spec
 POST_TIMEOUT = 10.0
 TICK = 0.25  # seconds between looks at the grouping windows
 
@@ -94,21 +92,25 @@ class _Message:
     secret: str | None
     body: bytes
     count: int
+    attempts: int = 8  # spec.delivery
+    backoff_cap: float = 60.0
 
 
 def _outgoing(key: ObjectKey, spec: AlertSpec, body: bytes, count: int) -> _Message | Outgoing:
     """The message for the Alert's receiver; Slack's and Alertmanager's bodies are rendered
     from the webhook's (so whatever a change carries reaches every receiver)."""
+    retry = spec.delivery.attempts, float(spec.delivery.max_backoff_seconds)
     if spec.slack is not None:
-        return SlackMessage(key, spec.slack.url_secret_ref, slack_body(json.loads(body)), count)
+        slack = slack_body(json.loads(body))
+        return SlackMessage(key, spec.slack.url_secret_ref, slack, count, *retry)
     if spec.alertmanager is not None:
         manager = spec.alertmanager
         alerts = alertmanager_body(json.loads(body), manager.resolve_after_seconds)
         token = manager.bearer_token_secret_ref
-        return AlertmanagerMessage(key, endpoint(manager.url), token, alerts, count)
+        return AlertmanagerMessage(key, endpoint(manager.url), token, alerts, count, *retry)
     assert spec.webhook is not None  # AlertSpec has exactly one receiver
     secret = spec.webhook.secret_ref.name if spec.webhook.secret_ref else None
-    return _Message(key, spec.webhook.url, secret, body, count)
+    return _Message(key, spec.webhook.url, secret, body, count, *retry)
 
 
 def _route(key: ObjectKey, obj: Mapping[str, Any]) -> _Route:
@@ -181,12 +183,12 @@ class Alerts:
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
     resolve: Callable[[str], list[str]] = resolve_host
-    attempts: int = ATTEMPTS
     backoff: float = BACKOFF
     queue_size: int = QUEUE_SIZE
     _routes: dict[ObjectKey, _Route] = field(default_factory=dict)
     _memory: FieldMemory = field(default_factory=FieldMemory)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         self._cache = ObjectCache(self._wake)
@@ -210,7 +212,7 @@ class Alerts:
         now, at = self.clock(), self.wall()
         for landed in report.landed:
             paths = self._memory.changed(landed.change)
-            event = event_of(landed.change, landed.commit, landed.author, paths, at)
+            event = event_of(landed.change, landed.commit, landed.author, paths, at, landed.url)
             for route in routes:
                 self._collect(route, event, now)
         self._wake.set()
@@ -260,7 +262,9 @@ class Alerts:
         now = self.clock()
         for route in self._routes.values():
             burst, spec = route.burst, route.spec
-            if burst is None or spec is None or not burst.due(spec.group_window_seconds, now):
+            if burst is None or spec is None:
+                continue
+            if not (self._stopping.is_set() or burst.due(spec.group_window_seconds, now)):
                 continue
             route.burst = None
             if not route.limit.allow(now):
@@ -292,6 +296,19 @@ class Alerts:
             log.warning("alert.delivery_failed", alert=route.name, reason=reason, error=message)
         self._wake.set()
 
+    async def flush(self) -> None:
+        """At a stop (bounded by the caller, `run` still running): close every open window
+        now and deliver what is queued; a message waiting for its next try is tried once
+        more at once, and a failed try is not retried."""
+        self._stopping.set()
+        try:
+            self._close_bursts()
+        except Exception:  # a bug here must not cost the rest of the stop
+            log.exception("alert.flush_failed")
+        queued = self._queue.qsize()
+        await self._queue.join()
+        log.info("alert.flushed", messages=queued)
+
     # -- delivery --------------------------------------------------------------------------
     async def _deliver(self) -> None:
         timeout = aiohttp.ClientTimeout(total=POST_TIMEOUT)
@@ -304,12 +321,14 @@ class Alerts:
                 except Exception:  # a bug costs this message, not the delivery task
                     metrics.ALERT_MESSAGES.labels("failed").inc()
                     log.exception("alert.delivery_crashed")
+                finally:
+                    self._queue.task_done()
 
     async def _deliver_one(
         self, session: aiohttp.ClientSession, message: _Message | Outgoing
     ) -> None:
         failure = DeliveryFailed(c.RECEIVER_UNREACHABLE, "not tried")
-        for attempt in range(self.attempts):
+        for attempt in range(message.attempts):
             route = self._routes.get(message.route)
             if route is None:  # the Alert is gone
                 metrics.ALERT_MESSAGES.labels("dropped").inc()
@@ -319,10 +338,11 @@ class Alerts:
             except DeliveryFailed as exc:
                 failure = exc
                 self._fail(route, exc.reason, exc.message)
-                if not exc.retry or attempt == self.attempts - 1:
+                last = attempt == message.attempts - 1
+                if not exc.retry or last or self._stopping.is_set():
                     break
-                delay = min(BACKOFF_CAP, self.backoff * 2**attempt) * random.uniform(0.8, 1.0)
-                await asyncio.sleep(delay)
+                delay = min(message.backoff_cap, self.backoff * 2**attempt)
+                await wait_event(self._stopping, delay * random.uniform(0.8, 1.0))
                 continue
             route.sent += 1
             route.last_sent_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

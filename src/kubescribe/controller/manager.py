@@ -44,11 +44,7 @@ from kubescribe.controller.plan import Failure, Plan, RulePlan, TargetPlan, Work
 from kubescribe.controller.providers import Providers
 from kubescribe.controller.reconcile_requests import ReconcileRequests
 from kubescribe.controller.shards import Shards
-from kubescribe.controller.status import (
-    Cond,
-    StatusWriter,
-    kstatus,
-)
+from kubescribe.controller.status import Cond, StatusWriter, kstatus
 from kubescribe.controller.streams import StreamSpec
 from kubescribe.controller.tenantreads import TenantReadReviews
 from kubescribe.controller.watches import Running, Watches, streams_condition
@@ -66,6 +62,7 @@ from kubescribe.mirror.changes import Cursor, TargetKey
 from kubescribe.mirror.identity import ResourceType
 from kubescribe.mirror.layout import LOCAL_CLUSTER
 from kubescribe.mirror.noise import DEFAULT_NOISE_POLICY, NoisePolicy
+from kubescribe.net.weblinks import commit_url_template
 from kubescribe.waits import wait_event, within
 
 log = structlog.get_logger(__name__)
@@ -503,6 +500,9 @@ class Manager:
             base_branch=target.spec.base_branch,
             ignore=target.ignore,
             moved_from=moved_from(target, self._seen(target)),
+            commit_url=commit_url_template(
+                target.provider.spec.url, target.provider.spec.commit_url_template
+            ),
         )
 
     def _seen(self, t: TargetPlan) -> Destination | None:

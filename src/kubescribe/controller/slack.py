@@ -20,6 +20,8 @@ class SlackMessage:
     url_ref: SecretKeyReference
     body: bytes  # mirror/slack.py
     count: int
+    attempts: int = 8  # spec.delivery
+    backoff_cap: float = 60.0
 
     async def send(
         self, session: aiohttp.ClientSession, client: KubeClient, resolve: Resolve

@@ -21,6 +21,7 @@ from kubescribe.mirror.changes import (
     Snapshot,
     TargetKey,
 )
+from kubescribe.mirror.gitops_owner import gitops_owner
 from kubescribe.mirror.identity import Identity, ResourceType
 from kubescribe.mirror.noise import NoisePolicy
 from kubescribe.mirror.owned import FULL, Content, keep_owned
@@ -289,6 +290,7 @@ class TargetStream:
             field_manager=(
                 latest_manager(meta, self.wall()) if operation is not Operation.DELETE else ""
             ),
+            owner=gitops_owner(obj),
         )
 
 

@@ -49,6 +49,7 @@ from kubescribe.mirror.layout import ENCRYPTED_SUFFIX
 from kubescribe.mirror.placement import list_written, place, removal_refusal, unlist
 from kubescribe.mirror.roots import Forest, Siblings, describe
 from kubescribe.mirror.yamlfmt import load_yaml
+from kubescribe.net.weblinks import commit_url
 
 
 @dataclass
@@ -211,7 +212,8 @@ class Build:
         self.commits[kind] = self.commits.get(kind, 0) + 1
         self.written.extend(items)
         landed = self.landed.setdefault(config.key, [])
-        landed += [Landed(commit, author, i) for i in items if isinstance(i, Change)]
+        url = commit_url(config.commit_url, commit)
+        landed += [Landed(commit, author, i, url) for i in items if isinstance(i, Change)]
         return commit
 
     def _group(self, config: TargetConfig, group: Group) -> None:

@@ -204,8 +204,10 @@ class PlacementReport:
 @dataclass(frozen=True)
 class Landed:
     """A change in a pushed commit: `commit` (hex) and `author` the commit's (None: the
-    committer). Only in the report of the push that made it (alerts, `controller.alerts`)."""
+    committer), `url` the commit's web page when the remote has one. Only in the report of
+    the push that made it (alerts, `controller.alerts`)."""
 
     commit: str
     author: Author | None
     change: Change
+    url: str | None = None

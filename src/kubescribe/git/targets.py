@@ -131,6 +131,7 @@ class TargetConfig:
     # The folder on this branch the target was written to before its path changed: under
     # prune Always, its documents go in the target's next snapshot commit.
     moved_from: str | None = None
+    commit_url: str | None = None  # the template of a commit's web page (net.weblinks)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "folder", normalize_target_path(self.folder))

@@ -2,8 +2,9 @@
 field paths were, how a burst becomes one message and how many messages an hour may go, and the
 message's bytes and signature. Pure: no I/O, clocks are arguments.
 
-A message names who, what and when, and the commit; it carries field paths, never a value (a
-Secret's paths name its keys, not their contents).
+A message names who, what and when, the commit and its web page, and the Flux or Argo CD
+object that manages what changed; it carries field paths, never a value (a Secret's paths name
+its keys, not their contents).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from kubescribe.mirror.authors import Author
 from kubescribe.mirror.changes import Change, TargetKey
 from kubescribe.mirror.fieldpaths import flatten
+from kubescribe.mirror.gitops_owner import GitOpsOwner
 from kubescribe.mirror.identity import Identity
 from kubescribe.mirror.ignore import IgnoreRule
 
@@ -46,6 +48,8 @@ class AlertEvent:
     target: str
     paths: tuple[str, ...] | None
     at: float
+    commit_url: str | None = None
+    owner: GitOpsOwner | None = None  # the Flux or Argo CD object that applies it
 
     def as_json(self) -> dict[str, Any]:
         paths = None if self.paths is None else list(self.paths[:MAX_PATHS_LISTED])
@@ -64,6 +68,9 @@ class AlertEvent:
                 "fieldPaths": paths,
             },
             "commit": self.commit,
+            "commitUrl": self.commit_url,
+            "managedBy": self.owner.as_json() if self.owner is not None else None,
+            "drift": self.owner.line if self.owner is not None else None,
             "target": self.target,
             "observedAt": self.at,
         }
@@ -103,7 +110,12 @@ def _under_any(paths: Iterable[str], prefixes: Sequence[str]) -> bool:
 
 
 def event_of(
-    change: Change, commit: str, author: Author | None, paths: tuple[str, ...] | None, at: float
+    change: Change,
+    commit: str,
+    author: Author | None,
+    paths: tuple[str, ...] | None,
+    at: float,
+    commit_url: str | None = None,
 ) -> AlertEvent:
     identity = change.identity
     return AlertEvent(
@@ -119,6 +131,8 @@ def event_of(
         target=str(change.target),
         paths=paths,
         at=at,
+        commit_url=commit_url,
+        owner=change.owner,
     )
 
 
@@ -200,6 +214,7 @@ def message_body(alert: str, events: Sequence[AlertEvent], sent_at: float) -> by
         "count": len(events),
         "omitted": len(events) - len(listed),
         "commits": commits,
+        "commitUrl": events[-1].commit_url if events else None,  # the last commit's page
         "changes": [e.as_json() for e in listed],
     }
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubescribe.mirror.authors import Author
+from kubescribe.mirror.gitops_owner import GitOpsOwner
 from kubescribe.mirror.identity import Identity, ResourceType
 
 
@@ -49,6 +50,8 @@ class Change:
 
     `document` is None for a delete. `observed_at` is a monotonic timestamp for lag metrics.
     `uid` joins the change to audit facts; `author` is set once attribution resolved it.
+    `owner` is read from the object as the API server gave it (for a delete, its last state):
+    the labels and annotations that name it are bookkeeping the document no longer holds.
     """
 
     target: TargetKey
@@ -62,6 +65,7 @@ class Change:
     author: Author | None = None
     audit_route: str = ""  # the source cluster's audit route ('' = the operator's own)
     field_manager: str = ""  # the manager of the latest managedFields entry (inferred authors)
+    owner: GitOpsOwner | None = None  # the Flux or Argo CD object applying it (alerts)
 
 
 class PackedDocuments(Mapping[Identity, Mapping[str, Any]]):

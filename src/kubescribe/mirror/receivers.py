@@ -19,7 +19,7 @@ from typing import Any
 KNOWN = frozenset({"who", "what", "commit", "target", "observedAt"})
 WHO_KNOWN = frozenset({"author", "username", "fieldManager"})
 WHAT_KNOWN = frozenset({"apiVersion", "kind", "namespace", "name", "operation", "fieldPaths"})
-_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # C0, DEL, C1 (NEL is a line break)
 _LINK = re.compile(r"^https?://[^\s<>|\"'`\\]+$")
 
 
