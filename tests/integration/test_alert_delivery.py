@@ -198,3 +198,44 @@ async def test_a_stop_sends_the_open_window_at_once_and_tries_a_failing_receiver
         assert b"b" * 40 in found.got[-1][0]
     finally:
         delivering.cancel()
+
+
+async def test_a_receiver_that_is_down_holds_no_other_alerts_messages(
+    receiver: tuple[Receiver, str],
+) -> None:
+    """Each Alert has its lane: team/a's receiver answering 503 (next try in 30 s) does not
+    delay team/b's message (with one shared queue it waited out a's whole retry budget)."""
+    found, url = receiver
+    found.answers = [503] * 10
+    alerts, _, _ = alerts_for(url, SECRET)
+    alerts.backoff = 30.0
+    other = Receiver([])
+    app = web.Application()
+    app.router.add_post("/other", other.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    obj = {
+        "metadata": {"name": "b", "namespace": "team", "generation": 1},
+        "spec": {"webhook": {"url": f"http://127.0.0.1:{port}/other"}},
+    }
+    alerts._routes[("team", "b")] = _route(("team", "b"), obj)
+    delivering = asyncio.create_task(alerts._deliver())
+    try:
+        alerts._queue.put_nowait(_Message(("team", "a"), url, "key", b'{"to":"a"}', 1, attempts=8))
+        async with asyncio.timeout(10):
+            await alerts._wake.wait()  # a's first try failed; its next is 30 s away
+        alerts._wake.clear()
+        assert len(found.got) == 1
+        alerts._queue.put_nowait(
+            _Message(("team", "b"), f"http://127.0.0.1:{port}/other", None, b'{"to":"b"}', 1)
+        )
+        async with asyncio.timeout(10):
+            await alerts._wake.wait()  # set by b's delivery
+        assert other.got[0][0] == b'{"to":"b"}'
+        assert len(found.got) == 1  # a still waits for its next try
+    finally:
+        delivering.cancel()
+        await asyncio.gather(delivering, return_exceptions=True)
+        await runner.cleanup()

@@ -143,8 +143,8 @@ class DeliverySpec(ApiModel):
         le=30,
         description=(
             "Tries per message (8: about 100 s to 2 minutes of a receiver down or answering"
-            " 5xx/408/429). The queue is shared: a message being retried holds the ones"
-            " behind it."
+            " 5xx/408/429). An Alert's messages go in order: one being retried holds the"
+            " Alert's later ones, never another Alert's."
         ),
     )
     max_backoff_seconds: int = Field(

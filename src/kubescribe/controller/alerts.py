@@ -56,7 +56,8 @@ log = structlog.get_logger(__name__)
 
 ALERTS = ResourceType("kubescribe.io", "v1alpha1", "alerts", "Alert", True)
 HMAC_KEY = "hmacKey"  # the key of the Secret named by spec.webhook.secretRef
-QUEUE_SIZE = 256  # messages waiting for delivery, all Alerts together
+QUEUE_SIZE = 256  # messages closed and not yet handed to their Alert's lane
+LANE_SIZE = 32  # messages waiting per Alert: a receiver that is down holds only its own Alert's
 BACKOFF = 1.0  # seconds before the second attempt, doubling, capped by the Alert's spec
 POST_TIMEOUT = 10.0
 TICK = 0.25  # seconds between looks at the grouping windows
@@ -193,6 +194,7 @@ class Alerts:
     def __post_init__(self) -> None:
         self._cache = ObjectCache(self._wake)
         self._queue: asyncio.Queue[_Message | Outgoing] = asyncio.Queue(self.queue_size)
+        self._lanes: dict[ObjectKey, asyncio.Queue[_Message | Outgoing]] = {}
 
     # -- the report hook (event loop) ------------------------------------------------------
     def observe(self, report: WriteReport) -> None:
@@ -277,7 +279,7 @@ class Alerts:
             except asyncio.QueueFull:
                 metrics.ALERT_MESSAGES.labels("dropped").inc()
                 self._fail(route, c.ALERT_QUEUE_FULL, "The delivery queue is full: dropped")
-            metrics.ALERT_QUEUE_DEPTH.set(self._queue.qsize())
+            self._depth()
 
     async def _write_statuses(self) -> None:
         for key, route in list(self._routes.items()):
@@ -305,24 +307,71 @@ class Alerts:
             self._close_bursts()
         except Exception:  # a bug here must not cost the rest of the stop
             log.exception("alert.flush_failed")
-        queued = self._queue.qsize()
+        queued = self._depth()
         await self._queue.join()
+        for lane in list(self._lanes.values()):
+            await lane.join()
         log.info("alert.flushed", messages=queued)
 
     # -- delivery --------------------------------------------------------------------------
     async def _deliver(self) -> None:
+        """Hand each message to its Alert's lane, each lane delivered by a task of its own:
+        one receiver that is down, and the retries it costs, hold no other Alert's messages."""
         timeout = aiohttp.ClientTimeout(total=POST_TIMEOUT)
+        workers: set[asyncio.Task[None]] = set()
         async with aiohttp.ClientSession(timeout=timeout, trust_env=False) as session:
-            while True:
-                message = await self._queue.get()
-                metrics.ALERT_QUEUE_DEPTH.set(self._queue.qsize())
-                try:
-                    await self._deliver_one(session, message)
-                except Exception:  # a bug costs this message, not the delivery task
-                    metrics.ALERT_MESSAGES.labels("failed").inc()
-                    log.exception("alert.delivery_crashed")
-                finally:
-                    self._queue.task_done()
+            try:
+                while True:
+                    message = await self._queue.get()
+                    lane = self._lanes.get(message.route)
+                    if lane is None:
+                        lane = self._lanes[message.route] = asyncio.Queue(LANE_SIZE)
+                        worker = asyncio.create_task(self._drain(session, message.route, lane))
+                        workers.add(worker)
+                        worker.add_done_callback(workers.discard)
+                    try:
+                        lane.put_nowait(message)
+                    except asyncio.QueueFull:
+                        self._lane_full(message.route)
+                    finally:
+                        self._queue.task_done()
+                    self._depth()
+            finally:
+                for worker in list(workers):
+                    worker.cancel()
+                await asyncio.gather(*workers, return_exceptions=True)
+
+    async def _drain(
+        self,
+        session: aiohttp.ClientSession,
+        key: ObjectKey,
+        lane: asyncio.Queue[_Message | Outgoing],
+    ) -> None:
+        """Deliver one Alert's messages in order; ends once the Alert is gone and its lane empty."""
+        while True:
+            message = await lane.get()
+            try:
+                await self._deliver_one(session, message)
+            except Exception:  # a bug costs this message, not the Alert's lane
+                metrics.ALERT_MESSAGES.labels("failed").inc()
+                log.exception("alert.delivery_crashed")
+            finally:
+                lane.task_done()
+                self._depth()
+            if lane.empty() and key not in self._routes:
+                del self._lanes[key]
+                return
+
+    def _lane_full(self, key: ObjectKey) -> None:
+        metrics.ALERT_MESSAGES.labels("dropped").inc()
+        route = self._routes.get(key)
+        if route is not None:
+            self._fail(route, c.ALERT_QUEUE_FULL, "The Alert's delivery queue is full: dropped")
+
+    def _depth(self) -> int:
+        depth = self._queue.qsize() + sum(lane.qsize() for lane in self._lanes.values())
+        metrics.ALERT_QUEUE_DEPTH.set(depth)
+        return depth
 
     async def _deliver_one(
         self, session: aiohttp.ClientSession, message: _Message | Outgoing
