@@ -14,7 +14,7 @@ status=0
 # pytest exits 5 when a selection ran no test: that is not a failure of the suite.
 pytest() {
   local rc=0
-  uv run --frozen pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup --cov --cov-report= "$@" || rc=$?
+  uv run --frozen pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup --durations=15 --cov --cov-report= "$@" || rc=$?
   [ "$rc" -eq 0 ] || [ "$rc" -eq 5 ] || status=$rc
 }
 if [ "$#" -gt 0 ]; then
