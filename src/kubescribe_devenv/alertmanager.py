@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import time
 import urllib.error
@@ -16,6 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from kubescribe_devenv.cachedtool import cached_tool
 from kubescribe_devenv.controlplane import REPO_ROOT, free_port
 
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-alertmanager.sh"
@@ -34,13 +34,7 @@ class AlertmanagerMissing(RuntimeError):
 
 def binary() -> Path:
     """The alertmanager binary: `$ALERTMANAGER`, else built (or found cached) by the script."""
-    override = os.environ.get("ALERTMANAGER")
-    if override:
-        return Path(override)
-    done = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise AlertmanagerMissing(f"alertmanager build failed:\n{done.stderr[-4000:]}")
-    return Path(done.stdout.strip().splitlines()[-1]) / "alertmanager"
+    return cached_tool(BUILD_SCRIPT, "alertmanager", "ALERTMANAGER", AlertmanagerMissing)
 
 
 @dataclass

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from kubescribe_devenv.cachedtool import cached_tool
 from kubescribe_devenv.controlplane import REPO_ROOT
 
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-kustomize.sh"
@@ -22,13 +22,7 @@ class KustomizeMissing(RuntimeError):
 
 def binary() -> Path:
     """The kustomize binary: `$KUSTOMIZE`, else built (or found cached) by the hack script."""
-    override = os.environ.get("KUSTOMIZE")
-    if override:
-        return Path(override)
-    done = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise KustomizeMissing(f"kustomize build failed:\n{done.stderr[-4000:]}")
-    return Path(done.stdout.strip().splitlines()[-1]) / "kustomize"
+    return cached_tool(BUILD_SCRIPT, "kustomize", "KUSTOMIZE", KustomizeMissing)
 
 
 def build(kustomize: Path, directory: Path) -> list[dict[str, Any]]:

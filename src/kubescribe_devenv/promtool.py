@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
+from kubescribe_devenv.cachedtool import cached_tool
 from kubescribe_devenv.controlplane import REPO_ROOT
 
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-promtool.sh"
@@ -18,10 +17,4 @@ class PromtoolMissing(RuntimeError):
 
 def binary() -> Path:
     """The promtool binary: `$PROMTOOL`, else built (or found cached) by the hack script."""
-    override = os.environ.get("PROMTOOL")
-    if override:
-        return Path(override)
-    done = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise PromtoolMissing(f"promtool build failed:\n{done.stderr[-4000:]}")
-    return Path(done.stdout.strip().splitlines()[-1]) / "promtool"
+    return cached_tool(BUILD_SCRIPT, "promtool", "PROMTOOL", PromtoolMissing)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import time
 import urllib.request
@@ -15,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from kubescribe_devenv.cachedtool import cached_tool
 from kubescribe_devenv.controlplane import REPO_ROOT, free_port
 
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-registry.sh"
@@ -26,13 +26,7 @@ class RegistryError(RuntimeError):
 
 def binary() -> Path:
     """The registry binary: `$KUBESCRIBE_REGISTRY_BIN`, else built (or found cached)."""
-    override = os.environ.get("KUBESCRIBE_REGISTRY_BIN")
-    if override:
-        return Path(override)
-    done = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RegistryError(f"registry build failed:\n{done.stderr[-4000:]}")
-    return Path(done.stdout.strip().splitlines()[-1]) / "registry"
+    return cached_tool(BUILD_SCRIPT, "registry", "KUBESCRIBE_REGISTRY_BIN", RegistryError)
 
 
 @dataclass
