@@ -147,9 +147,9 @@ def test_base_and_overlay_follow_the_cluster(
     in_step("a Deployment create")
     assert f"  - {ns}/apps/deployments/api.yaml\n" in remote.read(f"{OVERLAY}/kustomization.yaml")
 
-    cp.kubectl("patch", "configmap", "prod-settings", "-n", ns, "-p", '{"data":{"mode":"slow"}}')
+    cp.kubectl("patch", "configmap", "prod-extra", "-n", ns, "-p", '{"data":{"mode":"slow"}}')
     in_step("an update")
-    assert "mode: slow" in remote.read("mirror/base/settings.yaml")
+    assert "mode: slow" in remote.read(f"{OVERLAY}/{ns}/core/configmaps/extra.yaml")
 
     cp.kubectl("set", "image", "deployment/prod-web", "-n", ns, "web=nginx:1.28")
     in_step("an image update")

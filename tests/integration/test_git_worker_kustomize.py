@@ -134,13 +134,19 @@ async def test_base_and_overlay_render_the_live_objects_after_every_write(
         assert h.last().failing == []
         assert rendered(remote, kustomize_bin) == live
 
-    # A ConfigMap edited in the base: the file keeps no namespace and its unprefixed name.
-    live["ConfigMap", "prod-settings"] = configmap("prod-settings", mode="slow")
+    # A ConfigMap inherited from the base, changed beyond images and replicas: the base is
+    # read-only, so it is refused and nothing is written; back as the base has it, it is not.
+    base_files = {n: remote.read(f"{FOLDER}/base/{n}") for n in ("settings.yaml", "web.yaml")}
+    tip = remote.tip()
+    slow = configmap("prod-settings", mode="slow")
+    await h.settle(change(slow, CONFIGMAPS, "prod-settings", Operation.UPDATE))
+    [refusal] = h.last().failing
+    assert refusal.reason == KUSTOMIZE_UNSUPPORTED
+    assert "inherited from the base" in refusal.message
+    assert remote.tip() == tip
     await step(
         change(live["ConfigMap", "prod-settings"], CONFIGMAPS, "prod-settings", Operation.UPDATE)
     )
-    settings = yaml.safe_load(remote.read(f"{FOLDER}/base/settings.yaml"))
-    assert settings["metadata"] == {"name": "settings"}
 
     # A new ConfigMap: a file under the overlay, listed in its resources (sorted, comments kept).
     live["ConfigMap", "prod-extra"] = configmap("prod-extra", a="1")
@@ -165,6 +171,7 @@ async def test_base_and_overlay_render_the_live_objects_after_every_write(
     overlay = remote.read(f"{FOLDER}/overlays/prod/kustomization.yaml")
     assert "  - name: web\n    count: 5\n" in overlay
     assert yaml.safe_load(remote.read(f"{FOLDER}/base/web.yaml"))["spec"]["replicas"] == 1
+    assert {n: remote.read(f"{FOLDER}/base/{n}") for n in base_files} == base_files
 
     # Deletes unlist the file (and a deleted workload's replicas: entry, or kustomize fails).
     del live["ConfigMap", "prod-extra"]

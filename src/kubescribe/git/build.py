@@ -429,8 +429,10 @@ class Build:
             )
         if placement.refusal is not None:
             self._refuse(config, Refusal(identity, c.KUSTOMIZE_UNSUPPORTED, placement.refusal))
-        elif path is not None and placement.through:
-            edited, named = list_written(tree, placement, old_path, path)
+        elif placement.through and (written := path if placement.folder else old_path):
+            if placement.folder is None:  # inherited: only kustomizations are edited
+                self.state.failing[config.key].pop(identity, None)
+            edited, named = list_written(tree, placement, old_path, written)
             if old_path is None and placement.folder is not None:
                 self._siblings(config, tree).add(identity, placement.folder)
             plan.kustomizations |= edited

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubescribe.mirror.identity import Identity
+from kubescribe.mirror.inherit import inherited, into_overlay
 from kubescribe.mirror.kustomize import (
     Kustomization,
     Tree,
@@ -31,7 +32,8 @@ from kubescribe.mirror.writethrough import (
 @dataclass(frozen=True)
 class Placement:
     """How to write one object. `folder`: where its file is (a new one at the layout path of
-    `placed_as`, by default the object's identity, under it); None: no file is written.
+    `placed_as`, by default the object's identity, under it); None: no file is written (an
+    inherited object written through, `through`, has only `edits`).
     `through`: once the file is written it is listed in (or moved within) its kustomization,
     and `edits` replace kustomizations of the tree. `refusal`: why the object is not written
     through (then it is reported, whether a file is written or not)."""
@@ -90,13 +92,25 @@ def place(
         chain = tree.chain(home)
     base_name = base_name_of(identity, chain)
     problem = unsupported(identity, chain, tree, base_name)
+    base = path is not None and listed and inherited(path, chain)
     if problem is None:
-        through = write_through(live, identity, old() if path is not None else None, chain)
+        before = old() if path is not None else None
+        through = write_through(live, identity, before, chain)
         problem = through.problem
+        if problem is None and base:
+            problem = (
+                "the inherited file could not be read"
+                if before is None
+                else into_overlay(through, before, identity, chain, base_name)
+            )
     if problem is not None:
         return Placement(
-            tree.root if write_unsupported else None, live, refusal=_not_through(problem)
+            tree.root if write_unsupported and not base else None,
+            live,
+            refusal=_not_through(problem),
         )
+    if base:  # the base file stays as it is: only the root's kustomization is edited
+        return Placement(None, live, through=True, listed=True, edits=tuple(through.edits.values()))
     return Placement(
         home,
         through.document,

@@ -1,0 +1,153 @@
+"""Objects an overlay inherits from a base reached through `..` (pure): their file is never
+written, a changed image or scale becomes an entry of the overlay's kustomization, and what
+cannot be written there is refused."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from kubescribe.mirror.identity import Identity
+from kubescribe.mirror.inherit import inherited
+from kubescribe.mirror.kustomize import Tree
+from kubescribe.mirror.placement import Placement, place
+from kubescribe.mirror.roots import Siblings
+
+FOLDER = "apps"
+BASE = "apps/base/web.yaml"
+OVERLAY = "# prod\nresources:\n- ../../base\n"
+WEB = Identity("apps", "Deployment", "ns1", "web")
+
+
+def web(image: str = "nginx:1.27", replicas: int = 1) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "ns1"},
+        "spec": {
+            "replicas": replicas,
+            "template": {"spec": {"containers": [{"name": "web", "image": image}]}},
+        },
+    }
+
+
+def tree(overlay: str = OVERLAY, base: str = "resources:\n- web.yaml\n") -> Tree:
+    files = {
+        "apps/base/kustomization.yaml": base.encode(),
+        BASE: b"",
+        "apps/overlays/prod/kustomization.yaml": overlay.encode(),
+    }
+    loaded = Tree.load("apps/overlays/prod", files.get, FOLDER)
+    assert loaded is not None
+    return loaded
+
+
+def placed(t: Tree, live: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> Placement:
+    file = web() if old is None else old
+    return place(
+        t,
+        WEB,
+        live,
+        BASE,
+        old=lambda: copy.deepcopy(file),
+        elsewhere=dict,
+        siblings=Siblings,
+        folder=FOLDER,
+        write_unsupported=True,
+    )
+
+
+def overlay_after(p: Placement) -> str:
+    assert p.refusal is None
+    assert (p.folder, p.through) == (None, True)  # the base file is not written
+    [edit] = p.edits
+    assert edit.path == "apps/overlays/prod/kustomization.yaml"
+    return edit.dump().decode()
+
+
+def test_a_file_outside_the_root_directory_is_inherited() -> None:
+    t = tree()
+    assert inherited(BASE, t.chain_of(BASE) or [])
+    assert not inherited("apps/overlays/prod/web.yaml", t.chain("apps/overlays/prod"))
+
+
+def test_an_unchanged_inherited_object_edits_nothing() -> None:
+    assert placed(tree(), web()).edits == ()
+
+
+@pytest.mark.parametrize(
+    ("image", "entry"),
+    [
+        ("nginx:1.29", "- name: nginx\n  newTag: '1.29'\n"),
+        (
+            "mirror.example/nginx:1.27",
+            "- name: nginx\n  newName: mirror.example/nginx\n  newTag: '1.27'\n",
+        ),
+        ("nginx@sha256:" + "b" * 64, f"- name: nginx\n  digest: sha256:{'b' * 64}\n"),
+        (
+            "nginx:1.29@sha256:" + "b" * 64,
+            f"- name: nginx\n  newTag: '1.29'\n  digest: sha256:{'b' * 64}\n",
+        ),
+    ],
+)
+def test_a_changed_image_is_an_images_entry_of_the_overlay(image: str, entry: str) -> None:
+    assert overlay_after(placed(tree(), web(image))) == OVERLAY + "images:\n" + entry
+
+
+def test_an_overlay_images_entry_is_updated_not_added() -> None:
+    t = tree(OVERLAY + "images:\n- name: nginx  # pinned\n  newTag: '1.28'\n")
+    out = overlay_after(placed(t, web("nginx:1.30")))
+    assert out == OVERLAY + "images:\n- name: nginx  # pinned\n  newTag: '1.30'\n"
+
+
+def test_a_changed_scale_is_a_replicas_entry_of_the_overlay() -> None:
+    out = overlay_after(placed(tree(), web(replicas=4)))
+    assert out == OVERLAY + "replicas:\n- name: web\n  count: 4\n"
+    t = tree(OVERLAY + "replicas:\n- name: web\n  count: 4\n")
+    out = overlay_after(placed(t, web(replicas=6)))
+    assert out == OVERLAY + "replicas:\n- name: web\n  count: 6\n"
+
+
+def test_a_scale_of_a_base_without_replicas_is_an_entry() -> None:
+    old = web()
+    del old["spec"]["replicas"]
+    out = overlay_after(placed(tree(), web(replicas=2), old))
+    assert out == OVERLAY + "replicas:\n- name: web\n  count: 2\n"
+
+
+def test_an_inherited_object_whose_base_kustomization_would_change_is_refused() -> None:
+    # the base's own images entry rewrites the image: writing it would edit the base
+    t = tree(base="resources:\n- web.yaml\nimages:\n- name: nginx\n  newTag: '1.28'\n")
+    p = placed(t, web("nginx:1.29"))
+    assert p.folder is None
+    assert not p.edits
+    assert p.refusal is not None
+    assert "apps/base/kustomization.yaml" in p.refusal
+
+
+@pytest.mark.parametrize("replicas", ["3", None, -1.5])
+def test_a_hostile_live_scale_is_refused_not_raised(replicas: Any) -> None:
+    live = web()
+    live["spec"]["replicas"] = replicas
+    p = placed(tree(), live)
+    assert p.refusal is not None
+    assert p.folder is None
+
+
+def test_an_unreadable_inherited_file_is_refused() -> None:
+    p = place(
+        tree(),
+        WEB,
+        web("nginx:1.29"),
+        BASE,
+        old=lambda: None,
+        elsewhere=dict,
+        siblings=Siblings,
+        folder=FOLDER,
+        write_unsupported=False,
+    )
+    assert p.refusal is not None
+    assert "could not be read" in p.refusal
