@@ -144,3 +144,39 @@ def test_an_inherited_image_and_scale_become_overlay_entries(
         remote.read(OVERLAY)
         == OVERLAY_KUSTOMIZATION + images + "replicas:\n- name: web\n  count: 2\n"
     )
+
+
+def test_other_changes_of_an_inherited_object_are_a_patch_of_the_overlay(
+    crds: ControlPlane, namespace: str, remote: BareRemote, overlay: Callable[[str], None]
+) -> None:
+    cp, ns = crds, namespace
+    cp.kubectl("patch", "configmap", "settings", "-n", ns, "-p", '{"data":{"mode":"slow"}}')
+    overlay("a ConfigMap update")
+    settings = f"mirror/overlays/prod/patches/{ns}/configmap_settings.yaml"
+    assert remote.read(settings) == (
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n"
+        f"  namespace: {ns}\ndata:\n  mode: slow\n"
+    )
+    listed = f"patches:\n- path: patches/{ns}/configmap_settings.yaml\n"
+    assert remote.read(OVERLAY) == OVERLAY_KUSTOMIZATION + listed
+
+    cp.kubectl("set", "env", "deployment/web", "-n", ns, "MODE=fast")
+    cp.kubectl("patch", "configmap", "settings", "-n", ns, "-p", '{"data":{"mode":"fast"}}')
+    overlay("a Deployment and a second ConfigMap update")
+    web = f"mirror/overlays/prod/patches/{ns}/deployment.apps_web.yaml"
+    assert remote.read(web) == (
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n"
+        f"  namespace: {ns}\nspec:\n  template:\n    spec:\n      containers:\n"
+        "      - env:\n        - name: MODE\n          value: fast\n        name: web\n"
+    )
+    assert remote.read(settings).endswith("data:\n  mode: fast\n")
+    listed += f"- path: patches/{ns}/deployment.apps_web.yaml\n"
+    assert remote.read(OVERLAY) == OVERLAY_KUSTOMIZATION + listed
+
+    # back as the base renders it: the patch goes, and its entry
+    remove = '[{"op":"remove","path":"/data/mode"}]'
+    cp.kubectl("patch", "configmap", "settings", "-n", ns, "--type=json", "-p", remove)
+    overlay("a ConfigMap back to the base")
+    assert settings not in remote.files()
+    listed = f"patches:\n- path: patches/{ns}/deployment.apps_web.yaml\n"
+    assert remote.read(OVERLAY) == OVERLAY_KUSTOMIZATION + listed

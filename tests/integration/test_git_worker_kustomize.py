@@ -134,19 +134,29 @@ async def test_base_and_overlay_render_the_live_objects_after_every_write(
         assert h.last().failing == []
         assert rendered(remote, kustomize_bin) == live
 
-    # A ConfigMap inherited from the base, changed beyond images and replicas: the base is
-    # read-only, so it is refused and nothing is written; back as the base has it, it is not.
+    # A ConfigMap inherited from the base: the base is read-only, the change is a patch of the
+    # overlay naming the object as the base renders it; back as the base has it, it goes.
     base_files = {n: remote.read(f"{FOLDER}/base/{n}") for n in ("settings.yaml", "web.yaml")}
-    tip = remote.tip()
-    slow = configmap("prod-settings", mode="slow")
-    await h.settle(change(slow, CONFIGMAPS, "prod-settings", Operation.UPDATE))
-    [refusal] = h.last().failing
-    assert refusal.reason == KUSTOMIZE_UNSUPPORTED
-    assert "inherited from the base" in refusal.message
-    assert remote.tip() == tip
+    patch = f"{FOLDER}/overlays/prod/patches/prod/configmap_settings.yaml"
+    live["ConfigMap", "prod-settings"] = configmap("prod-settings", mode="slow")
     await step(
         change(live["ConfigMap", "prod-settings"], CONFIGMAPS, "prod-settings", Operation.UPDATE)
     )
+    assert yaml.safe_load(remote.read(patch)) == {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "settings"},
+        "data": {"mode": "slow"},
+    }
+    assert "patches:\n  - path: patches/prod/configmap_settings.yaml\n" in remote.read(
+        f"{FOLDER}/overlays/prod/kustomization.yaml"
+    )
+    live["ConfigMap", "prod-settings"] = configmap("prod-settings", mode="fast")
+    await step(
+        change(live["ConfigMap", "prod-settings"], CONFIGMAPS, "prod-settings", Operation.UPDATE)
+    )
+    assert patch not in remote.files()
+    assert "patches" not in remote.read(f"{FOLDER}/overlays/prod/kustomization.yaml")
 
     # A new ConfigMap: a file under the overlay, listed in its resources (sorted, comments kept).
     live["ConfigMap", "prod-extra"] = configmap("prod-extra", a="1")

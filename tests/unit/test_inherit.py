@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kubescribe.mirror.identity import Identity
-from kubescribe.mirror.inherit import inherited
+from kubescribe.mirror.inherit import inherited, strategic_diff
 from kubescribe.mirror.kustomize import Tree
 from kubescribe.mirror.placement import Placement, place
 from kubescribe.mirror.roots import Siblings
@@ -34,11 +34,15 @@ def web(image: str = "nginx:1.27", replicas: int = 1) -> dict[str, Any]:
     }
 
 
-def tree(overlay: str = OVERLAY, base: str = "resources:\n- web.yaml\n") -> Tree:
+def tree(overlay: str = OVERLAY, base: str = "resources:\n- web.yaml\n", **more: bytes) -> Tree:
     files = {
         "apps/base/kustomization.yaml": base.encode(),
         BASE: b"",
         "apps/overlays/prod/kustomization.yaml": overlay.encode(),
+        **{
+            f"apps/overlays/prod/{k.replace('__yaml', '.yaml').replace('__', '/')}": v
+            for k, v in more.items()
+        },
     }
     loaded = Tree.load("apps/overlays/prod", files.get, FOLDER)
     assert loaded is not None
@@ -151,3 +155,118 @@ def test_an_unreadable_inherited_file_is_refused() -> None:
     )
     assert p.refusal is not None
     assert "could not be read" in p.refusal
+
+
+def test_a_strategic_diff_holds_only_what_differs() -> None:
+    old = {
+        "data": {"a": "1", "b": "2"},
+        "spec": {
+            "args": ["x"],
+            "containers": [
+                {"name": "web", "image": "i", "env": [{"name": "A", "value": "1"}]},
+                {"name": "side", "image": "s"},
+            ],
+        },
+    }
+    new = {
+        "data": {"a": "1", "c": "3"},
+        "spec": {
+            "args": ["x", "y"],
+            "containers": [
+                {"name": "web", "image": "i", "env": [{"name": "A", "value": "2"}]},
+                {"name": "extra", "image": "e"},
+            ],
+        },
+    }
+    assert strategic_diff(old, new) == {
+        "data": {"c": "3", "b": None},
+        "spec": {
+            "args": ["x", "y"],
+            "containers": [
+                {"name": "web", "env": [{"name": "A", "value": "2"}]},
+                {"name": "extra", "image": "e"},
+                {"name": "side", "$patch": "delete"},
+            ],
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (
+            {"containers": [{"name": "a"}, {"name": "b"}]},
+            {"containers": [{"name": "b"}, {"name": "a"}]},
+        ),
+        ({"ports": [{"containerPort": 80}]}, {"ports": [{"containerPort": 81}]}),
+        ({"containers": [{"name": "a"}, {"name": "a"}]}, {"containers": [{"name": "a"}]}),
+    ],
+    ids=["reordered", "not-by-name", "names-twice"],
+)
+def test_a_list_change_a_patch_cannot_express_raises(old: Any, new: Any) -> None:
+    with pytest.raises(ValueError, match=r"list|items"):
+        strategic_diff(old, new)
+
+
+def configmap(**data: str) -> dict[str, Any]:
+    meta = {"name": "settings", "namespace": "ns1"}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+
+
+SETTINGS = Identity("", "ConfigMap", "ns1", "settings")
+PATCH = "apps/overlays/prod/patches/ns1/configmap_settings.yaml"
+LISTED = OVERLAY + "patches:\n- path: patches/ns1/configmap_settings.yaml\n"
+
+
+def placed_settings(t: Tree, live: Mapping[str, Any]) -> Placement:
+    return place(
+        t,
+        SETTINGS,
+        live,
+        "apps/base/settings.yaml",
+        old=lambda: configmap(a="1"),
+        elsewhere=dict,
+        siblings=Siblings,
+        folder=FOLDER,
+        write_unsupported=False,
+    )
+
+
+def settings_tree(overlay: str = OVERLAY, **more: bytes) -> Tree:
+    return tree(overlay, "resources:\n- settings.yaml\n", **more)
+
+
+def test_another_change_is_a_patch_file_listed_in_the_overlay() -> None:
+    p = placed_settings(settings_tree(), configmap(a="1", b="2"))
+    assert overlay_after(p) == LISTED
+    assert p.overlaid is not None
+    assert p.overlaid.path == PATCH
+    assert p.overlaid.document == {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "settings", "namespace": "ns1"},
+        "data": {"b": "2"},
+    }
+
+
+def test_the_overlays_own_patch_is_rewritten_and_goes_when_the_object_is_the_bases() -> None:
+    own = b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {b: '2'}\n"
+    t = settings_tree(LISTED, patches__ns1__configmap_settings__yaml=own)
+    p = placed_settings(t, configmap(a="1", b="3"))  # not refused: the patch is its own
+    assert p.refusal is None
+    assert p.edits == ()  # listed already
+    assert p.overlaid is not None
+    assert p.overlaid.document is not None
+    assert p.overlaid.document["data"] == {"b": "3"}
+    back = placed_settings(t, configmap(a="1"))
+    assert overlay_after(back) == OVERLAY
+    assert back.overlaid is not None
+    assert back.overlaid.document is None
+
+
+def test_a_patch_of_someone_else_still_refuses_the_object() -> None:
+    theirs = b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {b: '2'}\n"
+    overlay = OVERLAY + "patches:\n- path: theirs.yaml\n"
+    p = placed_settings(settings_tree(overlay, theirs__yaml=theirs), configmap(a="1", b="3"))
+    assert p.refusal is not None
+    assert "patches in" in p.refusal

@@ -48,7 +48,7 @@ from kubescribe.mirror.kustomize import KustomizeError, Tree
 from kubescribe.mirror.layout import ENCRYPTED_SUFFIX
 from kubescribe.mirror.placement import list_written, place, removal_refusal, unlist
 from kubescribe.mirror.roots import Forest, Siblings, describe
-from kubescribe.mirror.yamlfmt import load_yaml
+from kubescribe.mirror.yamlfmt import dump_yaml, load_yaml, order_document
 
 
 @dataclass
@@ -430,12 +430,16 @@ class Build:
         if placement.refusal is not None:
             self._refuse(config, Refusal(identity, c.KUSTOMIZE_UNSUPPORTED, placement.refusal))
         elif placement.through and (written := path if placement.folder else old_path):
-            if placement.folder is None:  # inherited: only kustomizations are edited
+            if placement.folder is None:  # inherited: kustomizations and a patch edited
                 self.state.failing[config.key].pop(identity, None)
             edited, named = list_written(tree, placement, old_path, written)
             if old_path is None and placement.folder is not None:
                 self._siblings(config, tree).add(identity, placement.folder)
             plan.kustomizations |= edited
+            if (patch := placement.overlaid) is not None:
+                data = None if patch.document is None else dump_yaml(order_document(patch.document))
+                plan.files[patch.path] = None if data is None else self.chain.blob(data.encode())
+                named = patch.path
             if named is not None:
                 plan.paths[identity] = named
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubescribe.mirror.identity import Identity
-from kubescribe.mirror.inherit import inherited, into_overlay
+from kubescribe.mirror.inherit import Overlaid, inherited, into_overlay, without_own_patch
 from kubescribe.mirror.kustomize import (
     Kustomization,
     Tree,
@@ -45,6 +45,7 @@ class Placement:
     listed: bool = False  # the file is listed already (else: listed in `folder`'s)
     edits: tuple[Kustomization, ...] = ()
     refusal: str | None = None
+    overlaid: Overlaid | None = None  # an inherited object's patch file in the overlay
 
 
 def place(
@@ -91,18 +92,16 @@ def place(
             home = found
         chain = tree.chain(home)
     base_name = base_name_of(identity, chain)
-    problem = unsupported(identity, chain, tree, base_name)
     base = path is not None and listed and inherited(path, chain)
+    checked = without_own_patch(tree, identity, chain, base_name) if base else tree
+    problem = unsupported(identity, chain, checked, base_name)
+    overlaid = None
     if problem is None:
         before = old() if path is not None else None
         through = write_through(live, identity, before, chain)
         problem = through.problem
         if problem is None and base:
-            problem = (
-                "the inherited file could not be read"
-                if before is None
-                else into_overlay(through, before, identity, chain, base_name)
-            )
+            overlaid, problem = into_overlay(through, before, identity, chain, base_name)
     if problem is not None:
         return Placement(
             tree.root if write_unsupported and not base else None,
@@ -110,7 +109,8 @@ def place(
             refusal=_not_through(problem),
         )
     if base:  # the base file stays as it is: only the root's kustomization is edited
-        return Placement(None, live, through=True, listed=True, edits=tuple(through.edits.values()))
+        edits = tuple(through.edits.values())
+        return Placement(None, live, through=True, listed=True, edits=edits, overlaid=overlaid)
     return Placement(
         home,
         through.document,
@@ -138,6 +138,16 @@ def list_written(
         moved = tree.move_file(old_path, path)
         if moved is not None:
             edited.add(moved)
+    if placement.overlaid is not None:  # the tree knows the patch from now on
+        patch = placement.overlaid
+        known = tree.patches.setdefault(patch.root, [])
+        if patch.document is None:
+            tree.patch_files.discard(patch.path)
+            if patch.hit in known:
+                known.remove(patch.hit)
+        elif patch.path not in tree.patch_files:
+            tree.patch_files.add(patch.path)
+            known.append(patch.hit)
     for k in placement.edits:
         tree.replace(k)
         edited.add(k.dir)
