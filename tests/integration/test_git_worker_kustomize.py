@@ -181,7 +181,6 @@ async def test_base_and_overlay_render_the_live_objects_after_every_write(
     overlay = remote.read(f"{FOLDER}/overlays/prod/kustomization.yaml")
     assert "  - name: web\n    count: 5\n" in overlay
     assert yaml.safe_load(remote.read(f"{FOLDER}/base/web.yaml"))["spec"]["replicas"] == 1
-    assert {n: remote.read(f"{FOLDER}/base/{n}") for n in base_files} == base_files
 
     # Deletes unlist the file (and a deleted workload's replicas: entry, or kustomize fails).
     del live["ConfigMap", "prod-extra"]
@@ -189,9 +188,20 @@ async def test_base_and_overlay_render_the_live_objects_after_every_write(
     assert "extra.yaml" not in remote.read(f"{FOLDER}/overlays/prod/kustomization.yaml")
     del live["Deployment", "prod-web"]
     await step(change(None, DEPLOYMENTS, "prod-web", Operation.DELETE))
-    base = remote.read(f"{FOLDER}/base/kustomization.yaml")
-    assert base == BASE_KUSTOMIZATION.replace("  - web.yaml\n", "")
-    assert "replicas" not in remote.read(f"{FOLDER}/overlays/prod/kustomization.yaml")
+    # inherited: a `$patch: delete` of the overlay, the base untouched
+    assert remote.read(f"{FOLDER}/base/kustomization.yaml") == BASE_KUSTOMIZATION
+    assert {n: remote.read(f"{FOLDER}/base/{n}") for n in base_files} == base_files
+    overlay = remote.read(f"{FOLDER}/overlays/prod/kustomization.yaml")
+    assert "replicas" not in overlay
+    assert overlay.endswith("patches:\n  - path: patches/prod/deployment.apps_web.yaml\n")
+    assert yaml.safe_load(
+        remote.read(f"{FOLDER}/overlays/prod/patches/prod/deployment.apps_web.yaml")
+    ) == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "$patch": "delete",
+    }
 
 
 async def test_snapshot_of_a_kustomized_folder_makes_no_commit(

@@ -13,7 +13,7 @@ import pytest
 from kubescribe.mirror.identity import Identity
 from kubescribe.mirror.inherit import inherited, strategic_diff
 from kubescribe.mirror.kustomize import Tree
-from kubescribe.mirror.placement import Placement, place
+from kubescribe.mirror.placement import Placement, place, removal
 from kubescribe.mirror.roots import Siblings
 
 FOLDER = "apps"
@@ -270,3 +270,29 @@ def test_a_patch_of_someone_else_still_refuses_the_object() -> None:
     p = placed_settings(settings_tree(overlay, theirs__yaml=theirs), configmap(a="1", b="3"))
     assert p.refusal is not None
     assert "patches in" in p.refusal
+
+
+def test_an_inherited_object_deleted_is_a_delete_patch_and_loses_its_replicas_entry() -> None:
+    t = tree(OVERLAY + "replicas:\n- name: web\n  count: 4\n")
+    gone = removal(t, WEB, BASE, web)
+    assert gone is not None
+    assert gone.refusal is None
+    assert overlay_after(gone) == OVERLAY + (
+        "patches:\n- path: patches/ns1/deployment.apps_web.yaml\n"
+    )
+    assert gone.overlaid is not None
+    assert gone.overlaid.data == (
+        b"apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: ns1\n"
+        b"$patch: delete\n"
+    )
+
+
+def test_a_deleted_object_of_the_overlays_own_directory_is_removed() -> None:
+    t = tree(OVERLAY.replace("- ../../base\n", "- ../../base\n- own.yaml\n"))
+    assert removal(t, WEB, "apps/overlays/prod/own.yaml", web) is None
+
+
+def test_an_unreadable_inherited_file_deleted_is_refused() -> None:
+    gone = removal(tree(), WEB, BASE, lambda: None)
+    assert gone is not None
+    assert gone.refusal == "not written through: the inherited file could not be read"

@@ -5,18 +5,20 @@ listed multi-document files, the documents placed so far (where a new one goes, 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pygit2
 
 from kubescribe.git.chain import read_file
-from kubescribe.git.index import TargetIndex
+from kubescribe.git.index import Entry, TargetIndex
 from kubescribe.git.records import PlacementReport, RootReport
 from kubescribe.mirror import boundedyaml
 from kubescribe.mirror.identity import Identity, identity_of
 from kubescribe.mirror.kustomize import Tree, render_identity
+from kubescribe.mirror.layout import ENCRYPTED_SUFFIX
 from kubescribe.mirror.roots import Forest, Siblings, home_of, homes
-from kubescribe.mirror.yamlfmt import load_yaml_all
+from kubescribe.mirror.yamlfmt import load_yaml, load_yaml_all
 
 MAX_REPORTED = 64  # homes, and kinds of each, named in status
 
@@ -44,6 +46,20 @@ def multi_documents(
             if held is not None:
                 found.setdefault(render_identity(held, chain), path)
     return found
+
+
+def old_document(repo: pygit2.Repository, entry: Entry | None) -> Mapping[str, Any] | None:
+    """A plain document file's content, as written (None: encrypted or unreadable)."""
+    if entry is None or entry.path.endswith(ENCRYPTED_SUFFIX):
+        return None
+    blob = repo[entry.oid]
+    assert isinstance(blob, pygit2.Blob)
+    try:
+        boundedyaml.check(blob.data)
+        loaded = load_yaml(blob.data)
+    except Exception:
+        return None
+    return loaded if isinstance(loaded, dict) else None
 
 
 def _documents(index: TargetIndex) -> Iterator[tuple[Identity, str]]:

@@ -27,6 +27,7 @@ from kubescribe.mirror.kustomize import (
 )
 from kubescribe.mirror.roots import under
 from kubescribe.mirror.writethrough import WriteThrough, apply_image, containers, split_image
+from kubescribe.mirror.yamlfmt import dump_yaml, order_document
 
 
 def inherited(path: str, chain: list[Kustomization]) -> bool:
@@ -51,6 +52,13 @@ class Overlaid:
     document: Mapping[str, Any] | None
     root: str  # the directory of the overlay's kustomization
     hit: tuple[str, str, str]  # how `Tree.patches` knows the patch there: kind, name, what
+
+    @property
+    def data(self) -> bytes | None:
+        """The patch file's bytes (None: it goes)."""
+        if self.document is None:
+            return None
+        return dump_yaml(order_document(self.document)).encode()
 
 
 def patch_path(root: Kustomization, identity: Identity, base_name: str) -> str:
@@ -131,6 +139,31 @@ def into_overlay(
         _seq(through.edited(root).data, "patches").append(CommentedMap(path=rel))
     document = _patch_document(old, diff, chain[:-1], base_name)
     return Overlaid(path, document, root.dir, _hit(identity, root, chain, base_name)), None
+
+
+def delete_patch(
+    old: Mapping[str, Any], identity: Identity, chain: list[Kustomization], base_name: str
+) -> tuple[Kustomization | None, Overlaid]:
+    """An inherited object deleted live: its patch file becomes a `$patch: delete` of it
+    (listed, if it was not) and the overlay's `replicas:` entries of it go (kustomize fails on
+    an entry that matches nothing). The edited root kustomization (None: unchanged)."""
+    root = chain[-1]
+    path = patch_path(root, identity, base_name)
+    edited = root.copy()
+    if own_patch_entry(root, path) is None:
+        rel = posixpath.relpath(path, root.dir or ".")
+        _seq(edited.data, "patches").append(CommentedMap(path=rel))
+    if identity.kind in REPLICA_KINDS and isinstance(edited.data.get("replicas"), list):
+        names = names_of(base_name, chain)
+        seq = edited.data["replicas"]
+        for i in reversed(range(len(seq))):
+            if isinstance(seq[i], Mapping) and seq[i].get("name") in names:
+                del seq[i]
+        if not seq:
+            del edited.data["replicas"]
+    document = _patch_document(old, {"$patch": "delete"}, chain[:-1], base_name)
+    changed = edited if edited.data != root.data else None
+    return changed, Overlaid(path, document, root.dir, _hit(identity, root, chain, base_name))
 
 
 def _hit(

@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubescribe.mirror.identity import Identity
-from kubescribe.mirror.inherit import Overlaid, inherited, into_overlay, without_own_patch
+from kubescribe.mirror.inherit import (
+    Overlaid,
+    delete_patch,
+    inherited,
+    into_overlay,
+    without_own_patch,
+)
 from kubescribe.mirror.kustomize import (
     Kustomization,
     Tree,
@@ -155,14 +161,31 @@ def list_written(
     return edited, named
 
 
-def removal_refusal(tree: Tree, identity: Identity, path: str) -> str | None:
-    """Why the file of a deleted object must stay (a patch targets it: removing the file would
-    break `kustomize build`), or None."""
+def removal(
+    tree: Tree, identity: Identity, path: str, old: Callable[[], Mapping[str, Any] | None]
+) -> Placement | None:
+    """How the file `path` of a deleted object goes: None when it is removed and unlisted
+    (`unlist`); a refusal when a patch targets it (removing the file would break `kustomize
+    build`); for an object inherited from a base reached through `..` (`old()`: its file's
+    content), a `$patch: delete` in the overlay, the base untouched."""
     chain = tree.chain_of(path)
     if chain is None:
         return None
-    patch = patched_by(identity, chain, tree, base_name_of(identity, chain))
-    return None if patch is None else f"not removed: {patch} targets it (remove the patch first)"
+    base_name = base_name_of(identity, chain)
+    base = inherited(path, chain)
+    checked = without_own_patch(tree, identity, chain, base_name) if base else tree
+    patch = patched_by(identity, chain, checked, base_name)
+    if patch is not None:
+        why = f"not removed: {patch} targets it (remove the patch first)"
+        return Placement(None, {}, refusal=why)
+    if not base:
+        return None
+    before = old()
+    if before is None:
+        return Placement(None, {}, refusal=_not_through("the inherited file could not be read"))
+    edited, overlaid = delete_patch(before, identity, chain, base_name)
+    edits = () if edited is None else (edited,)
+    return Placement(None, {}, through=True, listed=True, edits=edits, overlaid=overlaid)
 
 
 def unlist(tree: Tree, identity: Identity, path: str) -> set[str]:
