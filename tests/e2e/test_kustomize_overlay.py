@@ -122,6 +122,24 @@ def test_an_inherited_image_and_scale_become_overlay_entries(
     crds: ControlPlane, namespace: str, remote: BareRemote, overlay: Callable[[str], None]
 ) -> None:
     cp, ns = crds, namespace
+    expected = {
+        "forest": False,
+        "root": "overlays/prod/kustomization.yaml",
+        "roots": [
+            {"kustomization": "overlays/prod/kustomization.yaml", "documents": 2, "kinds": kinds}
+            for kinds in (["ConfigMap", "Deployment.apps"],)
+        ],
+        "plainDocuments": 0,
+        "inherited": {
+            "documents": 2,
+            "objects": [f"ConfigMap {ns}/settings", f"Deployment.apps {ns}/web"],
+        },
+    }
+
+    def placement() -> Any:
+        return cp.get_json("gittarget", "mirror", "-n", ns)["status"].get("placement")
+
+    wait_for(lambda: placement() == expected, what=f"status.placement == {expected}")
     cp.kubectl("set", "image", "deployment/web", "-n", ns, "web=nginx:1.29")
     overlay("an image update")
     images = "images:\n- name: nginx\n  newTag: '1.29'\n"

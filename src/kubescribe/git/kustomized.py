@@ -15,6 +15,7 @@ from kubescribe.git.index import Entry, TargetIndex
 from kubescribe.git.records import PlacementReport, RootReport
 from kubescribe.mirror import boundedyaml
 from kubescribe.mirror.identity import Identity, identity_of
+from kubescribe.mirror.inherit import inherited
 from kubescribe.mirror.kustomize import Tree, render_identity
 from kubescribe.mirror.layout import ENCRYPTED_SUFFIX
 from kubescribe.mirror.roots import Forest, Siblings, home_of, homes
@@ -76,9 +77,11 @@ def siblings(index: TargetIndex, tree: Tree) -> Siblings:
 
 def placement(index: TargetIndex, tree: Tree, folder: str) -> PlacementReport:
     """Which kustomization renders the folder's documents: per home, how many and of which
-    kinds; and how many no kustomization renders (plain files of a forest)."""
+    kinds; how many no kustomization renders (plain files of a forest); the root, and the
+    documents inherited from a base reached through `..` (read-only, `mirror.inherit`)."""
     kinds: dict[str, Counter[str]] = {home: Counter() for home in homes(tree)}
     plain = 0
+    inherited_objects: list[str] = []
     for identity, path in _documents(index):
         lister = tree.listed.get(path)
         home = home_of(tree, lister) if lister is not None else None
@@ -87,6 +90,9 @@ def placement(index: TargetIndex, tree: Tree, folder: str) -> PlacementReport:
             continue
         kind = f"{identity.kind}.{identity.group}" if identity.group else identity.kind
         kinds.setdefault(home, Counter())[kind] += 1
+        chain = tree.chain_of(path)
+        if chain is not None and inherited(path, chain):
+            inherited_objects.append(f"{kind} {identity.ref}")
     roots = tuple(
         RootReport(
             kustomization=_relative(tree.kustomizations[home].path, folder),
@@ -95,7 +101,15 @@ def placement(index: TargetIndex, tree: Tree, folder: str) -> PlacementReport:
         )
         for home, counted in sorted(kinds.items())[:MAX_REPORTED]
     )
-    return PlacementReport(forest=isinstance(tree, Forest), roots=roots, plain=plain)
+    forest = isinstance(tree, Forest)
+    return PlacementReport(
+        forest=forest,
+        roots=roots,
+        plain=plain,
+        root=None if forest else _relative(tree.kustomizations[tree.root].path, folder),
+        inherited=len(inherited_objects),
+        inherited_objects=tuple(sorted(inherited_objects)[:MAX_REPORTED]),
+    )
 
 
 def _relative(path: str, folder: str) -> str:
