@@ -147,9 +147,9 @@ def test_base_and_overlay_follow_the_cluster(
     in_step("a Deployment create")
     assert f"  - {ns}/apps/deployments/api.yaml\n" in remote.read(f"{OVERLAY}/kustomization.yaml")
 
-    cp.kubectl("patch", "configmap", "prod-settings", "-n", ns, "-p", '{"data":{"mode":"slow"}}')
+    cp.kubectl("patch", "configmap", "prod-extra", "-n", ns, "-p", '{"data":{"mode":"slow"}}')
     in_step("an update")
-    assert "mode: slow" in remote.read("mirror/base/settings.yaml")
+    assert "mode: slow" in remote.read(f"{OVERLAY}/{ns}/core/configmaps/extra.yaml")
 
     cp.kubectl("set", "image", "deployment/prod-web", "-n", ns, "web=nginx:1.28")
     in_step("an image update")
@@ -169,11 +169,13 @@ def test_base_and_overlay_follow_the_cluster(
     in_step("a workload delete")
 
     overlay = remote.read(f"{OVERLAY}/kustomization.yaml")
+    # the inherited workload: a `$patch: delete` of the overlay, the base untouched
     assert overlay == overlay_kustomization(ns).replace('"1.27"', '"1.28"').replace(
         "replicas:\n  - name: web\n    count: 2\n", ""
-    )
-    assert remote.read("mirror/base/kustomization.yaml") == BASE_KUSTOMIZATION.replace(
-        "  - web.yaml\n", ""
+    ) + (f"patches:\n  - path: patches/{ns}/deployment.apps_web.yaml\n")
+    assert remote.read("mirror/base/kustomization.yaml") == BASE_KUSTOMIZATION
+    assert remote.read(f"{OVERLAY}/patches/{ns}/deployment.apps_web.yaml").endswith(
+        "$patch: delete\n"
     )
     wait_condition(cp, "gittarget", "mirror", ns, "Ready", "True")
     render = condition(cp, "gittarget", "mirror", ns, "RenderMatchesLive")

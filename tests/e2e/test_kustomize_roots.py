@@ -192,7 +192,14 @@ def test_each_object_is_written_through_the_app_kustomization_that_renders_it(
         {"kustomization": "apps/web/kustomization.yaml", "documents": 2, "kinds": kinds},
     ]
     top = {"kustomization": "kustomization.yaml", "documents": 0, "kinds": []}
-    expected = {"forest": not root, "roots": [top, *apps] if root else apps, "plainDocuments": 0}
+    expected: dict[str, Any] = {
+        "forest": not root,
+        "roots": [top, *apps] if root else apps,
+        "plainDocuments": 0,
+        "inherited": {"documents": 0, "objects": []},
+    }
+    if root:
+        expected["root"] = "kustomization.yaml"
 
     def placement() -> Any:
         return cp.get_json("gittarget", "mirror", "-n", ns)["status"].get("placement")

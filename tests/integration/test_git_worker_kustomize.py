@@ -134,13 +134,29 @@ async def test_base_and_overlay_render_the_live_objects_after_every_write(
         assert h.last().failing == []
         assert rendered(remote, kustomize_bin) == live
 
-    # A ConfigMap edited in the base: the file keeps no namespace and its unprefixed name.
+    # A ConfigMap inherited from the base: the base is read-only, the change is a patch of the
+    # overlay naming the object as the base renders it; back as the base has it, it goes.
+    base_files = {n: remote.read(f"{FOLDER}/base/{n}") for n in ("settings.yaml", "web.yaml")}
+    patch = f"{FOLDER}/overlays/prod/patches/prod/configmap_settings.yaml"
     live["ConfigMap", "prod-settings"] = configmap("prod-settings", mode="slow")
     await step(
         change(live["ConfigMap", "prod-settings"], CONFIGMAPS, "prod-settings", Operation.UPDATE)
     )
-    settings = yaml.safe_load(remote.read(f"{FOLDER}/base/settings.yaml"))
-    assert settings["metadata"] == {"name": "settings"}
+    assert yaml.safe_load(remote.read(patch)) == {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "settings"},
+        "data": {"mode": "slow"},
+    }
+    assert "patches:\n  - path: patches/prod/configmap_settings.yaml\n" in remote.read(
+        f"{FOLDER}/overlays/prod/kustomization.yaml"
+    )
+    live["ConfigMap", "prod-settings"] = configmap("prod-settings", mode="fast")
+    await step(
+        change(live["ConfigMap", "prod-settings"], CONFIGMAPS, "prod-settings", Operation.UPDATE)
+    )
+    assert patch not in remote.files()
+    assert "patches" not in remote.read(f"{FOLDER}/overlays/prod/kustomization.yaml")
 
     # A new ConfigMap: a file under the overlay, listed in its resources (sorted, comments kept).
     live["ConfigMap", "prod-extra"] = configmap("prod-extra", a="1")
@@ -172,9 +188,20 @@ async def test_base_and_overlay_render_the_live_objects_after_every_write(
     assert "extra.yaml" not in remote.read(f"{FOLDER}/overlays/prod/kustomization.yaml")
     del live["Deployment", "prod-web"]
     await step(change(None, DEPLOYMENTS, "prod-web", Operation.DELETE))
-    base = remote.read(f"{FOLDER}/base/kustomization.yaml")
-    assert base == BASE_KUSTOMIZATION.replace("  - web.yaml\n", "")
-    assert "replicas" not in remote.read(f"{FOLDER}/overlays/prod/kustomization.yaml")
+    # inherited: a `$patch: delete` of the overlay, the base untouched
+    assert remote.read(f"{FOLDER}/base/kustomization.yaml") == BASE_KUSTOMIZATION
+    assert {n: remote.read(f"{FOLDER}/base/{n}") for n in base_files} == base_files
+    overlay = remote.read(f"{FOLDER}/overlays/prod/kustomization.yaml")
+    assert "replicas" not in overlay
+    assert overlay.endswith("patches:\n  - path: patches/prod/deployment.apps_web.yaml\n")
+    assert yaml.safe_load(
+        remote.read(f"{FOLDER}/overlays/prod/patches/prod/deployment.apps_web.yaml")
+    ) == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "$patch": "delete",
+    }
 
 
 async def test_snapshot_of_a_kustomized_folder_makes_no_commit(

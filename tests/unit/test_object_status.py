@@ -285,6 +285,23 @@ def test_placement_is_reported_for_a_kustomized_folder_and_removed_for_a_plain_o
             }
         ],
         "plainDocuments": 1,
+        "inherited": {"documents": 0, "objects": []},
+    }
+    overlay = PlacementReport(
+        forest=False,
+        roots=(),
+        plain=0,
+        root="overlays/prod/kustomization.yaml",
+        inherited=70,
+        inherited_objects=("ConfigMap ns/settings",),
+    )
+    _, extra = target_status(t, TargetFacts(streams=1, synced=1, report=report(placement=overlay)))
+    assert extra["placement"] == {
+        "forest": False,
+        "roots": [],
+        "plainDocuments": 0,
+        "root": "overlays/prod/kustomization.yaml",
+        "inherited": {"documents": 70, "objects": ["ConfigMap ns/settings"]},
     }
     _, extra = target_status(t, TargetFacts(streams=1, synced=1, report=report()))
     assert extra["placement"] is None  # a merge patch removes it

@@ -9,7 +9,7 @@ from typing import Any
 
 from kubescribe.mirror.identity import Identity
 from kubescribe.mirror.kustomize import Tree
-from kubescribe.mirror.placement import Placement, list_written, place, removal_refusal, unlist
+from kubescribe.mirror.placement import Placement, list_written, place, removal, unlist
 from kubescribe.mirror.roots import Siblings
 
 FOLDER = "apps"
@@ -121,7 +121,7 @@ def test_a_moved_file_is_renamed_where_it_is_listed() -> None:
 
 def test_a_deleted_object_is_unlisted_with_its_replicas_entry() -> None:
     t = tree()
-    assert removal_refusal(t, WEB, "apps/o/web.yaml") is None
+    assert removal(t, WEB, "apps/o/web.yaml", dict) is None
     assert unlist(t, WEB, "apps/o/web.yaml") == {"apps/o"}
     k = t.kustomizations["apps/o"]
     assert k.resources() == []
@@ -136,6 +136,8 @@ def test_a_patched_object_is_not_removed() -> None:
         "apps/o/p.yaml": b"kind: Deployment\nmetadata:\n  name: web\n",
     }
     web = Identity("apps", "Deployment", "ns1", "web")
-    assert removal_refusal(tree(files), web, "apps/o/web.yaml") == (
+    refused = removal(tree(files), web, "apps/o/web.yaml", dict)
+    assert refused is not None
+    assert refused.refusal == (
         "not removed: patches in apps/o/kustomization.yaml targets it (remove the patch first)"
     )

@@ -520,6 +520,15 @@ class RootPlacementStatus(ApiModel):
     )
 
 
+class InheritedPlacementStatus(ApiModel):
+    """Documents an overlay root inherits from a base reached through `..` (read-only)."""
+
+    documents: int = Field(0, ge=0, description="How many documents are inherited.")
+    objects: list[str] = Field(
+        default_factory=list, max_length=64, description="The first 64, sorted (`Kind ns/name`)."
+    )
+
+
 class PlacementStatus(ApiModel):
     """How the operator understood a kustomized folder: where each object is written."""
 
@@ -539,6 +548,10 @@ class PlacementStatus(ApiModel):
     )
     plain_documents: int = Field(
         0, ge=0, description="Documents no kustomization renders (plain files of a forest)."
+    )
+    root: str | None = Field(None, description="The root kustomization (unset in a forest).")
+    inherited: InheritedPlacementStatus | None = Field(
+        None, description="Documents defined in a base reached through `..` (read-only)."
     )
 
 

@@ -141,7 +141,11 @@ def placement_status(placement: PlacementReport | None) -> dict[str, Any] | None
         {"kustomization": r.kustomization, "documents": r.documents, "kinds": list(r.kinds)}
         for r in placement.roots
     ]
-    return {"forest": placement.forest, "roots": roots, "plainDocuments": placement.plain}
+    out = {"forest": placement.forest, "roots": roots, "plainDocuments": placement.plain}
+    if placement.root is not None:
+        out["root"] = placement.root
+    inherited = {"documents": placement.inherited, "objects": list(placement.inherited_objects)}
+    return {**out, "inherited": inherited}
 
 
 def attribution_condition(

@@ -9,6 +9,7 @@ through them."""
 
 from __future__ import annotations
 
+import functools
 import posixpath
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -21,7 +22,7 @@ from kubescribe.git.buildcache import BuildCache, BuiltState
 from kubescribe.git.chain import CommitChain
 from kubescribe.git.documents import DocumentFiles
 from kubescribe.git.index import Entry, TargetIndex, folder_tree
-from kubescribe.git.kustomized import multi_documents, placement, siblings
+from kubescribe.git.kustomized import multi_documents, old_document, placement, siblings
 from kubescribe.git.plan import Plan
 from kubescribe.git.records import (
     Group,
@@ -40,15 +41,13 @@ from kubescribe.git.targets import (
     TargetConfig,
     upkeep_key,
 )
-from kubescribe.mirror import boundedyaml, messages
+from kubescribe.mirror import messages
 from kubescribe.mirror.authors import Author
 from kubescribe.mirror.changes import Change, Operation, PruneMode, Snapshot, TargetKey
 from kubescribe.mirror.identity import CORE_GROUP, Identity, ResourceType, listing_order
 from kubescribe.mirror.kustomize import KustomizeError, Tree
-from kubescribe.mirror.layout import ENCRYPTED_SUFFIX
-from kubescribe.mirror.placement import list_written, place, removal_refusal, unlist
+from kubescribe.mirror.placement import Placement, list_written, place, removal, unlist
 from kubescribe.mirror.roots import Forest, Siblings, describe
-from kubescribe.mirror.yamlfmt import load_yaml
 from kubescribe.net.weblinks import commit_url
 
 
@@ -413,7 +412,7 @@ class Build:
             identity,
             document,
             old_path,
-            old=lambda: self._old_document(entry),
+            old=functools.partial(old_document, self.repo, entry),
             elsewhere=lambda: self._multi_documents(config, tree),
             siblings=lambda: self._siblings(config, tree),
             folder=config.folder,
@@ -431,26 +430,30 @@ class Build:
             )
         if placement.refusal is not None:
             self._refuse(config, Refusal(identity, c.KUSTOMIZE_UNSUPPORTED, placement.refusal))
-        elif path is not None and placement.through:
-            edited, named = list_written(tree, placement, old_path, path)
+        elif placement.through and (written := path if placement.folder else old_path):
+            if placement.folder is None:  # inherited: kustomizations and a patch edited
+                self.state.failing[config.key].pop(identity, None)
+            self._list(plan, tree, identity, placement, old_path, written)
             if old_path is None and placement.folder is not None:
                 self._siblings(config, tree).add(identity, placement.folder)
-            plan.kustomizations |= edited
-            if named is not None:
-                plan.paths[identity] = named
 
-    def _old_document(self, entry: Entry | None) -> Mapping[str, Any] | None:
-        """A plain document file's content, as written (None: encrypted or unreadable)."""
-        if entry is None or entry.path.endswith(ENCRYPTED_SUFFIX):
-            return None
-        blob = self.repo[entry.oid]
-        assert isinstance(blob, pygit2.Blob)
-        try:
-            boundedyaml.check(blob.data)
-            loaded = load_yaml(blob.data)
-        except Exception:
-            return None
-        return loaded if isinstance(loaded, dict) else None
+    def _list(
+        self,
+        plan: Plan,
+        tree: Tree,
+        identity: Identity,
+        placement: Placement,
+        old: str | None,
+        new: str,
+    ) -> None:
+        """Plan the kustomization edits (and an overlay's patch file) of a written object."""
+        edited, named = list_written(tree, placement, old, new)
+        plan.kustomizations |= edited
+        if (patch := placement.overlaid) is not None:
+            plan.files[patch.path] = None if patch.data is None else self.chain.blob(patch.data)
+            named = patch.path
+        if named is not None:
+            plan.paths[identity] = named
 
     def _multi_documents(self, config: TargetConfig, tree: Tree) -> dict[Identity, str]:
         """Identities rendered from listed files the index does not hold, by their file; read
@@ -473,10 +476,13 @@ class Build:
     def _delete(self, plan: Plan, config: TargetConfig, identity: Identity, entry: Entry) -> None:
         """Plan removing a document's file, and its entries in the kustomizations."""
         tree = self.state.ktrees.get(config.key)
-        blocked = removal_refusal(tree, identity, entry.path) if tree is not None else None
-        if blocked is not None:
-            self._refuse(config, Refusal(identity, c.KUSTOMIZE_UNSUPPORTED, blocked))
+        old = functools.partial(old_document, self.repo, entry)
+        gone = removal(tree, identity, entry.path, old) if tree is not None else None
+        if gone is not None and gone.refusal is not None:
+            self._refuse(config, Refusal(identity, c.KUSTOMIZE_UNSUPPORTED, gone.refusal))
             return
+        if tree is not None and gone is not None:  # inherited: a patch deletes it, base stays
+            return self._list(plan, tree, identity, gone, entry.path, entry.path)
         # a multi-document file stays, and stays listed, while it holds other documents
         if self._documents(config).remove(plan, identity, entry) and tree is not None:
             plan.kustomizations |= unlist(tree, identity, entry.path)

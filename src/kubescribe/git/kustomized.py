@@ -5,18 +5,21 @@ listed multi-document files, the documents placed so far (where a new one goes, 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pygit2
 
 from kubescribe.git.chain import read_file
-from kubescribe.git.index import TargetIndex
+from kubescribe.git.index import Entry, TargetIndex
 from kubescribe.git.records import PlacementReport, RootReport
 from kubescribe.mirror import boundedyaml
 from kubescribe.mirror.identity import Identity, identity_of
+from kubescribe.mirror.inherit import inherited
 from kubescribe.mirror.kustomize import Tree, render_identity
+from kubescribe.mirror.layout import ENCRYPTED_SUFFIX
 from kubescribe.mirror.roots import Forest, Siblings, home_of, homes
-from kubescribe.mirror.yamlfmt import load_yaml_all
+from kubescribe.mirror.yamlfmt import load_yaml, load_yaml_all
 
 MAX_REPORTED = 64  # homes, and kinds of each, named in status
 
@@ -46,6 +49,20 @@ def multi_documents(
     return found
 
 
+def old_document(repo: pygit2.Repository, entry: Entry | None) -> Mapping[str, Any] | None:
+    """A plain document file's content, as written (None: encrypted or unreadable)."""
+    if entry is None or entry.path.endswith(ENCRYPTED_SUFFIX):
+        return None
+    blob = repo[entry.oid]
+    assert isinstance(blob, pygit2.Blob)
+    try:
+        boundedyaml.check(blob.data)
+        loaded = load_yaml(blob.data)
+    except Exception:
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
 def _documents(index: TargetIndex) -> Iterator[tuple[Identity, str]]:
     for identity in index:
         entry = index.get(identity)
@@ -60,9 +77,11 @@ def siblings(index: TargetIndex, tree: Tree) -> Siblings:
 
 def placement(index: TargetIndex, tree: Tree, folder: str) -> PlacementReport:
     """Which kustomization renders the folder's documents: per home, how many and of which
-    kinds; and how many no kustomization renders (plain files of a forest)."""
+    kinds; how many no kustomization renders (plain files of a forest); the root, and the
+    documents inherited from a base reached through `..` (read-only, `mirror.inherit`)."""
     kinds: dict[str, Counter[str]] = {home: Counter() for home in homes(tree)}
     plain = 0
+    inherited_objects: list[str] = []
     for identity, path in _documents(index):
         lister = tree.listed.get(path)
         home = home_of(tree, lister) if lister is not None else None
@@ -71,6 +90,9 @@ def placement(index: TargetIndex, tree: Tree, folder: str) -> PlacementReport:
             continue
         kind = f"{identity.kind}.{identity.group}" if identity.group else identity.kind
         kinds.setdefault(home, Counter())[kind] += 1
+        chain = tree.chain_of(path)
+        if chain is not None and inherited(path, chain):
+            inherited_objects.append(f"{kind} {identity.ref}")
     roots = tuple(
         RootReport(
             kustomization=_relative(tree.kustomizations[home].path, folder),
@@ -79,7 +101,15 @@ def placement(index: TargetIndex, tree: Tree, folder: str) -> PlacementReport:
         )
         for home, counted in sorted(kinds.items())[:MAX_REPORTED]
     )
-    return PlacementReport(forest=isinstance(tree, Forest), roots=roots, plain=plain)
+    forest = isinstance(tree, Forest)
+    return PlacementReport(
+        forest=forest,
+        roots=roots,
+        plain=plain,
+        root=None if forest else _relative(tree.kustomizations[tree.root].path, folder),
+        inherited=len(inherited_objects),
+        inherited_objects=tuple(sorted(inherited_objects)[:MAX_REPORTED]),
+    )
 
 
 def _relative(path: str, folder: str) -> str:

@@ -20,7 +20,7 @@ class Plan:
         self._freed: set[str] = set()
         # Kustomizations this commit edits (by directory) and their new blobs (by path).
         self.kustomizations: set[str] = set()
-        self.files: dict[str, pygit2.Oid] = {}
+        self.files: dict[str, pygit2.Oid | None] = {}  # None: the file goes
         self.paths: dict[Identity, str] = {}  # what a change touched when not its own file
         # Multi-document files this commit edits: their new content (None: the file goes).
         self.multi: dict[str, bytes | None] = {}

@@ -199,6 +199,9 @@ class PlacementReport:
     forest: bool  # no root kustomization: each app kustomization is rendered on its own
     roots: tuple[RootReport, ...]
     plain: int  # documents no kustomization renders
+    root: str | None = None  # the root kustomization (relative to the folder); None: a forest
+    inherited: int = 0  # documents defined in a base reached through `..` (read-only)
+    inherited_objects: tuple[str, ...] = ()  # the first of them, `Kind[.group] ns/name`
 
 
 @dataclass(frozen=True)

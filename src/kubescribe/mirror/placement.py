@@ -14,6 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubescribe.mirror.identity import Identity
+from kubescribe.mirror.inherit import (
+    Overlaid,
+    delete_patch,
+    inherited,
+    into_overlay,
+    without_own_patch,
+)
 from kubescribe.mirror.kustomize import (
     Kustomization,
     Tree,
@@ -31,7 +38,8 @@ from kubescribe.mirror.writethrough import (
 @dataclass(frozen=True)
 class Placement:
     """How to write one object. `folder`: where its file is (a new one at the layout path of
-    `placed_as`, by default the object's identity, under it); None: no file is written.
+    `placed_as`, by default the object's identity, under it); None: no file is written (an
+    inherited object written through, `through`, has only `edits`).
     `through`: once the file is written it is listed in (or moved within) its kustomization,
     and `edits` replace kustomizations of the tree. `refusal`: why the object is not written
     through (then it is reported, whether a file is written or not)."""
@@ -43,6 +51,7 @@ class Placement:
     listed: bool = False  # the file is listed already (else: listed in `folder`'s)
     edits: tuple[Kustomization, ...] = ()
     refusal: str | None = None
+    overlaid: Overlaid | None = None  # an inherited object's patch file in the overlay
 
 
 def place(
@@ -89,14 +98,25 @@ def place(
             home = found
         chain = tree.chain(home)
     base_name = base_name_of(identity, chain)
-    problem = unsupported(identity, chain, tree, base_name)
+    base = path is not None and listed and inherited(path, chain)
+    checked = without_own_patch(tree, identity, chain, base_name) if base else tree
+    problem = unsupported(identity, chain, checked, base_name)
+    overlaid = None
     if problem is None:
-        through = write_through(live, identity, old() if path is not None else None, chain)
+        before = old() if path is not None else None
+        through = write_through(live, identity, before, chain)
         problem = through.problem
+        if problem is None and base:
+            overlaid, problem = into_overlay(through, before, identity, chain, base_name)
     if problem is not None:
         return Placement(
-            tree.root if write_unsupported else None, live, refusal=_not_through(problem)
+            tree.root if write_unsupported and not base else None,
+            live,
+            refusal=_not_through(problem),
         )
+    if base:  # the base file stays as it is: only the root's kustomization is edited
+        edits = tuple(through.edits.values())
+        return Placement(None, live, through=True, listed=True, edits=edits, overlaid=overlaid)
     return Placement(
         home,
         through.document,
@@ -124,6 +144,16 @@ def list_written(
         moved = tree.move_file(old_path, path)
         if moved is not None:
             edited.add(moved)
+    if placement.overlaid is not None:  # the tree knows the patch from now on
+        patch = placement.overlaid
+        known = tree.patches.setdefault(patch.root, [])
+        if patch.document is None:
+            tree.patch_files.discard(patch.path)
+            if patch.hit in known:
+                known.remove(patch.hit)
+        elif patch.path not in tree.patch_files:
+            tree.patch_files.add(patch.path)
+            known.append(patch.hit)
     for k in placement.edits:
         tree.replace(k)
         edited.add(k.dir)
@@ -131,14 +161,31 @@ def list_written(
     return edited, named
 
 
-def removal_refusal(tree: Tree, identity: Identity, path: str) -> str | None:
-    """Why the file of a deleted object must stay (a patch targets it: removing the file would
-    break `kustomize build`), or None."""
+def removal(
+    tree: Tree, identity: Identity, path: str, old: Callable[[], Mapping[str, Any] | None]
+) -> Placement | None:
+    """How the file `path` of a deleted object goes: None when it is removed and unlisted
+    (`unlist`); a refusal when a patch targets it (removing the file would break `kustomize
+    build`); for an object inherited from a base reached through `..` (`old()`: its file's
+    content), a `$patch: delete` in the overlay, the base untouched."""
     chain = tree.chain_of(path)
     if chain is None:
         return None
-    patch = patched_by(identity, chain, tree, base_name_of(identity, chain))
-    return None if patch is None else f"not removed: {patch} targets it (remove the patch first)"
+    base_name = base_name_of(identity, chain)
+    base = inherited(path, chain)
+    checked = without_own_patch(tree, identity, chain, base_name) if base else tree
+    patch = patched_by(identity, chain, checked, base_name)
+    if patch is not None:
+        why = f"not removed: {patch} targets it (remove the patch first)"
+        return Placement(None, {}, refusal=why)
+    if not base:
+        return None
+    before = old()
+    if before is None:
+        return Placement(None, {}, refusal=_not_through("the inherited file could not be read"))
+    edited, overlaid = delete_patch(before, identity, chain, base_name)
+    edits = () if edited is None else (edited,)
+    return Placement(None, {}, through=True, listed=True, edits=edits, overlaid=overlaid)
 
 
 def unlist(tree: Tree, identity: Identity, path: str) -> set[str]:

@@ -66,7 +66,7 @@ def apply_image(image: str, entry: Mapping[str, Any]) -> str:
     return name + (f":{tag}" if tag else "") + (f"@{digest}" if digest else "")
 
 
-def _containers(obj: Any) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
+def containers(obj: Any) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
     """Every container (in any `containers`/`initContainers` list), keyed by its path."""
 
     def walk(node: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
@@ -189,8 +189,8 @@ def _through_images(
 ) -> str | None:
     """Each container image an `images:` entry rewrites is set in that entry; the file keeps
     its own image."""
-    old_containers = dict(_containers(old)) if old is not None else {}
-    for path, container in _containers(out.document):
+    old_containers = dict(containers(old)) if old is not None else {}
+    for path, container in containers(out.document):
         image = container.get("image")
         if not isinstance(image, str):
             continue
