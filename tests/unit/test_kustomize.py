@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from kubescribe.mirror import kustomize
 from kubescribe.mirror.identity import Identity
 from kubescribe.mirror.kustomize import (
     MAX_BASES_DEPTH,
@@ -290,14 +291,22 @@ def test_bases_nested_past_the_depth_bound_are_a_kustomize_error() -> None:
     assert Tree.load("k/n", files.get, "k") is not None
 
 
-def test_kustomizations_past_the_tree_budget_are_a_kustomize_error() -> None:
-    big = b"resources: [sub]\n# " + b"x" * (1024 * 1024 - 40) + b"\n"
+def test_kustomizations_past_the_tree_budget_are_a_kustomize_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a lowered budget: parsing megabytes of YAML would only make the test slow
+    monkeypatch.setattr(kustomize, "MAX_TREE_BYTES", 4000)
+    big = b"resources: [sub]\n# " + b"x" * 960 + b"\n"
     files = {"kustomization.yaml": big}
     directory = "sub"
-    for _ in range(4):
+    for _ in range(3):
         files[f"{directory}/kustomization.yaml"] = big
         directory += "/sub"
-    with pytest.raises(KustomizeError, match="the kustomizations exceed"):
+    tree = Tree.load("", files.get)  # four of them are within the budget
+    assert tree is not None
+    assert len(tree.kustomizations) == 4
+    files[f"{directory}/kustomization.yaml"] = big
+    with pytest.raises(KustomizeError, match="the kustomizations exceed 4000 bytes"):
         Tree.load("", files.get)
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from kubescribe.mirror import roots
 from kubescribe.mirror.identity import Identity
 from kubescribe.mirror.kustomize import KustomizeError, Tree
 from kubescribe.mirror.placement import list_written, place
@@ -200,7 +201,7 @@ def test_files_of_a_forest_outside_its_apps_are_plain_and_unlisted_ones_are_adop
     assert (inside.folder, inside.through, inside.listed) == ("mirror/apps/api", True, False)
 
 
-def test_hostile_forests_are_refused() -> None:
+def test_hostile_forests_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     # a kustomization that is a symlink could stand for any file of the repository
     linked = {**APPS, "mirror/apps/evil/kustomization.yaml@": b"../../../../etc/passwd"}
     with pytest.raises(KustomizeError, match="symlink"):
@@ -216,12 +217,15 @@ def test_hostile_forests_are_refused() -> None:
     escaping = {**APPS, "mirror/apps/api/kustomization.yaml": b"resources:\n- ../../../x\n"}
     t = forest(escaping)
     assert t.problems["mirror/apps/api"] == ["resource ../../../x outside the target folder"]
-    # too large a tree
+    # too large a tree (a lowered budget: parsing megabytes of YAML would only be slow)
+    monkeypatch.setattr(roots, "MAX_TREE_BYTES", 4000)
     big = {
-        f"mirror/a{i}/kustomization.yaml": b"resources: []\n# " + b"x" * (1024 * 1000) + b"\n"
-        for i in range(5)
+        f"mirror/a{i}/kustomization.yaml": b"resources: []\n# " + b"x" * 960 + b"\n"
+        for i in range(4)
     }
-    with pytest.raises(KustomizeError, match="exceed"):
+    assert len(forest(big).build_roots()) == 4
+    big["mirror/a4/kustomization.yaml"] = big["mirror/a0/kustomization.yaml"]
+    with pytest.raises(KustomizeError, match="exceed 4000 bytes"):
         forest(big)
 
 
