@@ -13,6 +13,7 @@ import structlog
 
 from kubescribe import wiring
 from kubescribe.controller.manager import Settings
+from kubescribe.git.pool import close_shared_pool
 from kubescribe.kube.client import KubeClient
 from kubescribe.server.attribution import AttributionOptions
 from kubescribe.server.audit import DEFAULT_CLIENT_PREFIX
@@ -173,4 +174,5 @@ async def run_operator(
         if upkeep is not None:
             upkeep.cancel()
         await within(sites.aclose(), _CLOSE_TIMEOUT)
+        close_shared_pool()
         log.info("operator.stopped")

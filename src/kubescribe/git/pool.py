@@ -104,3 +104,13 @@ def shared_pool(size: int | None = None) -> GitPool:
         configure_network_timeouts()
         _shared = GitPool(size or DEFAULT_SIZE)
     return _shared
+
+
+def close_shared_pool() -> None:
+    """Let the process's pool go at its end: idle threads exit at once (while they lived, the
+    exit waited its whole margin for them); a call under way finishes on its thread, which
+    `Stopper.end` waits for. A later `shared_pool` is a new pool."""
+    global _shared  # noqa: PLW0603 - one pool per process
+    if _shared is not None:
+        _shared.shutdown()
+        _shared = None
