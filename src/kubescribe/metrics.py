@@ -195,6 +195,11 @@ REPACKS = Counter(
     "Object cache tidies: small packs merged, or one pack of the reachable objects (a repack).",
     registry=REGISTRY,
 )
+REMOTE_PACK_MERGES = Counter(
+    "kubescribe_remote_pack_merges_total",
+    "Merges of a file:// remote's small packs (each push to it adds one).",
+    registry=REGISTRY,
+)
 BACKPRESSURE = Counter(
     "kubescribe_backpressure_seconds_total",
     "Time watch readers waited for room in a branch worker's queue (the writer is behind or"

@@ -1,13 +1,17 @@
 """A file:// push sends exactly what the remote lacks, as one pack, and moves the branch only
-by compare-and-swap; `git fsck` on the remote proves nothing is missing."""
+by compare-and-swap; the remote's packs are merged as they pile up; `git fsck` on the remote
+proves nothing is missing."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 from pathlib import Path
 
 import pygit2
 
 from kubescribe.git.localpush import compare_and_swap, missing_objects, send_objects
+from kubescribe.git.repack import PACK_LIMIT, merge_shared, pack_count
 from kubescribe.git.tree import edit_tree
 from kubescribe_devenv.gitremote import git
 
@@ -83,3 +87,69 @@ def test_compare_and_swap_moves_only_from_the_expected_tip(tmp_path: Path) -> No
     assert compare_and_swap(target, "main", ours, base) == "main moved on the remote"
     assert compare_and_swap(target, "new", ours, base) == "new was deleted on the remote"
     assert target.references["refs/heads/main"].target == theirs
+
+
+def _pushed(source: pygit2.Repository, target: pygit2.Repository, tip: pygit2.Oid) -> None:
+    """What a push to a file:// remote does: the objects as one pack, then the branch."""
+    send_objects(source, target, tip)
+    ref = target.references.get("refs/heads/main")
+    expected = ref.peel(pygit2.Commit).id if ref else None
+    assert compare_and_swap(target, "main", tip, expected) is None
+
+
+def test_pushes_to_a_local_remote_keep_its_packs_few(tmp_path: Path) -> None:
+    source, target = _pair(tmp_path)
+    tip = None
+    for i in range(40):
+        tip = _commit(source, tip, {f"d{i % 7}/f{i}.yaml": b"v%d" % i, "top": b"t%d" % i})
+        _pushed(source, target, tip)
+        merge_shared(target)
+        assert pack_count(target) <= PACK_LIMIT + 1
+    assert tip is not None
+    git("fsck", "--strict", "--no-dangling", cwd=Path(target.path))
+    assert git("rev-list", "--count", "main", cwd=Path(target.path)).strip() == "40"
+    files = git("ls-tree", "-r", "--name-only", "main", cwd=Path(target.path)).split()
+    assert len(files) == 41
+
+
+def test_a_merge_keeps_what_no_reference_reaches_and_the_packs_git_manages(
+    tmp_path: Path,
+) -> None:
+    source, target = _pair(tmp_path)
+    tip = _commit(source, None, {"a": b"0"})
+    _pushed(source, target, tip)
+    kept = next((Path(target.path) / "objects" / "pack").glob("pack-*.idx"))
+    kept.with_suffix(".keep").write_text("a pack Git keeps\n")
+    # another writer's push under way: its objects are there, its branch not yet
+    pending = _commit(source, tip, {"pending": b"under way"})
+    send_objects(source, target, pending)
+    for i in range(PACK_LIMIT + 1):
+        tip = _commit(source, tip, {"a": b"%d" % (i + 1)})
+        _pushed(source, target, tip)
+    result = merge_shared(target)
+    assert result is not None
+    assert result.packs_removed >= 2
+    target = pygit2.Repository(target.path)  # afresh: the instance maps removed packs
+    assert pending in target
+    assert source.create_blob(b"under way") in target
+    assert kept.exists()
+    assert kept.with_suffix(".pack").exists()
+    git("fsck", "--strict", cwd=Path(target.path))
+
+
+def test_a_merge_under_way_elsewhere_is_left_to_it(tmp_path: Path) -> None:
+    source, target = _pair(tmp_path)
+    tip = None
+    for i in range(PACK_LIMIT + 2):
+        tip = _commit(source, tip, {"a": b"%d" % i})
+        _pushed(source, target, tip)
+    packs = pack_count(target)
+    fd = os.open(Path(target.path) / "objects" / "pack", os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another writer's merge
+        assert merge_shared(target) is None
+        assert pack_count(target) == packs
+    finally:
+        os.close(fd)
+    assert merge_shared(target) is not None
+    assert pack_count(target) < packs

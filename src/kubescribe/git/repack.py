@@ -20,7 +20,9 @@ large tidy. The child's memory goes back to the system when it exits.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import re
 import subprocess
 import sys
@@ -108,6 +110,52 @@ def tidy(repo: pygit2.Repository, garbage: bool = True, max_bytes: int | None = 
     if sum(sizes[idx] for idx in small) >= CHILD_FROM:
         return _in_child(repo.path, [_bound(max_bytes), "merge", *(idx.name for idx in small)])
     return _merge(repo, small, len(ordered), max_bytes)
+
+
+# Files Git writes beside a pack it manages itself (kept, promised, with a bitmap or a reverse
+# index): such a pack is Git's to merge, never ours.
+_GIT_MANAGED = (".keep", ".promisor", ".bitmap", ".rev", ".mtimes")
+
+
+def merge_shared(repo: pygit2.Repository, limit: int = PACK_LIMIT) -> TidyResult | None:
+    """Merge the small packs of a repository that other writers share (a file:// remote: every
+    push adds a pack, as Git's receive-pack does before its `gc --auto`), once there are more
+    than `limit`; None when none was needed, or another writer is merging them.
+
+    Only merges, never a repack: an object no reference reaches yet may be another writer's
+    push under way. A merged pack is removed only once the new one holds its objects, so a
+    reader that misses it finds them on its rescan. One merge at a time: a lock on the pack
+    folder (released if the process dies)."""
+    directory = Path(repo.path) / "objects" / "pack"
+    if sum(1 for _ in directory.glob("pack-*.idx")) <= limit:
+        return None
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None
+        # Listed again under the lock: the writer that held it may have merged them.
+        sizes = {idx: _object_count(idx) for idx in _plain_packs(directory)}
+        ordered = sorted(sizes, key=lambda idx: sizes[idx])
+        merge = packs_to_merge([sizes[idx] for idx in ordered])
+        if merge < 2:
+            return None
+        small = ordered[:merge]
+        if sum(sizes[idx] for idx in small) >= CHILD_FROM:
+            return _in_child(repo.path, ["-", "merge", *(idx.name for idx in small)])
+        return _merge(repo, small, len(ordered))
+    finally:
+        os.close(fd)  # and the lock with it
+
+
+def _plain_packs(directory: Path) -> list[Path]:
+    """The indexes of the packs in `directory` that Git does not manage (`_GIT_MANAGED`)."""
+    return [
+        idx
+        for idx in directory.glob("pack-*.idx")
+        if not any(idx.with_suffix(suffix).exists() for suffix in _GIT_MANAGED)
+    ]
 
 
 def _bound(max_bytes: int | None) -> str:

@@ -22,12 +22,15 @@ from typing import Any, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import pygit2
+import structlog
 from pygit2.enums import FetchPrune
 
+from kubescribe import metrics
 from kubescribe.api import conditions as c
 from kubescribe.git.cachelock import CacheLock
 from kubescribe.git.localpush import compare_and_swap, send_objects
 from kubescribe.git.lookup_names import lookup_name
+from kubescribe.git.repack import merge_shared
 from kubescribe.git.transport.callbacks import (
     GitCallbacks,
     refuse_offsite_redirects,
@@ -50,6 +53,8 @@ from kubescribe.git.urlpolicy import UrlRefused, check_transfer
 from kubescribe.net.urls import normalize
 
 CallbacksFactory = Callable[[], pygit2.RemoteCallbacks]
+log = structlog.get_logger(__name__)
+
 _T = TypeVar("_T")
 
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]*@")
@@ -407,8 +412,27 @@ class GitRepository:
                 refused = redact(str(exc), self.url)
             if refused is not None:
                 raise PushRejected(f"push rejected: {refused}")
+            self._merge_remote_packs(remote)
         finally:
             remote.free()  # its packs and caches now, not when the garbage collector runs
+
+    def _merge_remote_packs(self, remote: pygit2.Repository) -> None:
+        """Keep the local remote's packs few (`repack.merge_shared`): each push adds one, and
+        every lookup miss of every writer looks through them all. The push has landed, so a
+        failure here is only logged."""
+        try:
+            result = merge_shared(remote)
+        except (OSError, KeyError, pygit2.GitError) as exc:
+            log.warning("remote.packs_merge_failed", error=redact(str(exc), self.url))
+            return
+        if result is not None:
+            metrics.REMOTE_PACK_MERGES.inc()
+            log.info(
+                "remote.packs_merged",
+                objects=result.objects,
+                packs_removed=result.packs_removed,
+                packs=result.packs,
+            )
 
     @contextlib.contextmanager
     def _turn(self) -> Iterator[None]:
