@@ -457,10 +457,11 @@ def warm_restart(
     it watches from the saved resourceVersion instead of listing N objects again. Each of
     `restarts` rounds changes and deletes other objects; the figures are the median round's,
     with every round's in `*_each_s`. The operator's CPU seconds until it caught up tell
-    its own work from waiting for a busy machine."""
+    its own work from waiting for a busy machine; SIGTERM to exit is the other half of a
+    rolling restart."""
     names = [f"wr-{i:06d}" for i in range(n)]
     asyncio.run(create_many(setup.cp.kubeconfig, names, "1"))
-    serving, caught_up, cpu, events = [], [], [], []
+    serving, caught_up, cpu, events, stops = [], [], [], [], []
     with tempfile.TemporaryDirectory(prefix="kubescribe-bench-redis-") as tmp:
         redis = RedisServer(Path(tmp))
         redis.start()
@@ -472,7 +473,9 @@ def warm_restart(
             for round_ in range(restarts):
                 wait_metric(setup, 'kubescribe_cursor_saves_total{result="ok"}', 1, 60)
                 assert setup.operator is not None
+                stopping = time.perf_counter()
                 setup.operator.stop(timeout=60)
+                stops.append(time.perf_counter() - stopping)
                 first = round_ * (changed + deleted)
                 value = str(round_ + 2)
                 patch = json.dumps({"data": {"v": value}})
@@ -508,10 +511,12 @@ def warm_restart(
         "serving_after_restart_s": round(serving[median], 2),
         "caught_up_after_restart_s": round(caught_up[median], 2),
         "cpu_until_caught_up_s": round(cpu[median], 2),
+        "sigterm_to_exit_s": round(statistics.median(stops), 2),
         "watch_events_after_restart": int(events[median]),
         "serving_each_s": [round(v, 2) for v in serving],
         "caught_up_each_s": [round(v, 2) for v in caught_up],
         "cpu_each_s": [round(v, 2) for v in cpu],
+        "sigterm_to_exit_each_s": [round(v, 2) for v in stops],
     }
 
 
