@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from kubescribe_devenv import alertmanager as am
+from kubescribe_devenv import kustomize
 from kubescribe_devenv.controlplane import ControlPlane
 from kubescribe_devenv.gitremote import BareRemote
 from kubescribe_devenv.redis import RedisServer
@@ -49,6 +50,15 @@ def namespace(controlplane: ControlPlane, request: pytest.FixtureRequest) -> str
     name = f"{base}-{uuid.uuid4().hex[:6]}"
     controlplane.kubectl("create", "namespace", name)
     return name
+
+
+@pytest.fixture(scope="session")
+def kbin() -> Path:
+    """The kustomize binary (built once per machine)."""
+    try:
+        return kustomize.binary()
+    except kustomize.KustomizeMissing:
+        pytest.skip("kustomize could not be built (Go missing?)")
 
 
 @pytest.fixture

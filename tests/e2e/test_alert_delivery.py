@@ -85,6 +85,18 @@ def mirrored(audited: Audited, ns: str, url: str) -> None:
     wait_ready(audited.cp, ns)
 
 
+def mirroring(
+    audited: Audited, ns: str, remote: BareRemote, start_operator: Callable[..., Operator]
+) -> Operator:
+    """The operator, started with the audit route, mirroring `ns` with attribution, its audit
+    facts flowing."""
+    audited.cp.wait_established("alerts.kubescribe.io")
+    op = start_operator(*audited.flags())
+    mirrored(audited, ns, remote.url)
+    audit_flowing(audited, op, ns)
+    return op
+
+
 def flux_deployment(name: str, ns: str) -> dict[str, Any]:
     obj = deployment(name, ns)
     obj["metadata"]["labels"] = dict(FLUX_LABELS)
@@ -128,10 +140,7 @@ def test_flux_is_untold_alice_is_told_with_owner_and_link_and_a_burst_is_one_mes
     start_operator: Callable[..., Operator],
 ) -> None:
     found, url = answering
-    audited.cp.wait_established("alerts.kubescribe.io")
-    op = start_operator(*audited.flags())
-    mirrored(audited, ns, remote.url)
-    audit_flowing(audited, op, ns)
+    op = mirroring(audited, ns, remote, start_operator)
     outside = {"serviceAccounts": ["flux-system/*"], "fieldManagers": ["kustomize-controller"]}
     audited.cp.apply(
         manifest(
@@ -210,10 +219,7 @@ def test_a_receiver_down_for_30s_gets_the_message_once_when_it_returns(
     start_operator: Callable[..., Operator],
 ) -> None:
     found, url = answering
-    audited.cp.wait_established("alerts.kubescribe.io")
-    op = start_operator(*audited.flags())
-    mirrored(audited, ns, remote.url)
-    audit_flowing(audited, op, ns)
+    mirroring(audited, ns, remote, start_operator)
     retry = {"attempts": 12, "maxBackoffSeconds": 5}
     audited.cp.apply(manifest(alert("down", ns, url, delivery=retry)))
     alert_ready(audited, "down", ns)
@@ -253,10 +259,7 @@ def test_a_stop_flushes_the_open_window_and_a_restart_tells_nothing_twice(
     start_operator: Callable[..., Operator],
 ) -> None:
     found, url = answering
-    audited.cp.wait_established("alerts.kubescribe.io")
-    op = start_operator(*audited.flags())
-    mirrored(audited, ns, remote.url)
-    audit_flowing(audited, op, ns)
+    op = mirroring(audited, ns, remote, start_operator)
     # A window of an hour: only the stop can close it.
     audited.cp.apply(manifest(alert("held", ns, url, groupWindowSeconds=3600)))
     alert_ready(audited, "held", ns)

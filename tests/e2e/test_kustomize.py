@@ -6,24 +6,18 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from kubescribe.mirror.owned import Content, keep_owned
-from kubescribe.mirror.sanitize import sanitize
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
-from kubescribe_devenv import kustomize
 from kubescribe_devenv.controlplane import ControlPlane
 from kubescribe_devenv.gitremote import BareRemote
+from tests.kustomized import live, mirror_kustomized, rendered
 from tests.manifests import provider, target, watch_rule
 from tests.support import Operator, condition, manifest, metric, wait_condition, wait_for
 
 pytestmark = pytest.mark.controlplane
 
-OWNED = Content("Owned", ("horizontal-pod-autoscaler", "kube-controller-manager"))
-
-RULE = {"apiGroups": ["", "apps"], "resources": ["configmaps", "deployments"]}
 OVERLAY = "mirror/overlays/prod"
 
 BASE_KUSTOMIZATION = """\
@@ -79,29 +73,6 @@ def base_files() -> dict[str, str]:
     }
 
 
-@pytest.fixture(scope="module")
-def kbin() -> Path:
-    try:
-        return kustomize.binary()
-    except kustomize.KustomizeMissing:
-        pytest.skip("kustomize could not be built (Go missing?)")
-
-
-def rendered(remote: BareRemote, kbin: Path, folder: str) -> dict[tuple[str, str], Any]:
-    docs = kustomize.build_remote(kbin, remote.path, folder)
-    return {(d["kind"], d["metadata"]["name"]): d for d in docs}
-
-
-def live(cp: ControlPlane, ns: str) -> dict[tuple[str, str], Any]:
-    """The live objects as a GitTarget's default (Owned) content writes them."""
-    items = cp.get_json("configmaps,deployments", "-n", ns, "--show-managed-fields")["items"]
-    return {
-        (o["kind"], o["metadata"]["name"]): sanitize(o, keep_owned(o, OWNED).document)
-        for o in items
-        if o["metadata"]["name"] != "kube-root-ca.crt"
-    }
-
-
 def test_base_and_overlay_follow_the_cluster(
     crds: ControlPlane,
     namespace: str,
@@ -110,32 +81,9 @@ def test_base_and_overlay_follow_the_cluster(
     kbin: Path,
 ) -> None:
     cp, ns = crds, namespace
-    for path, content in {
-        **base_files(),
-        f"{OVERLAY}/kustomization.yaml": overlay_kustomization(ns),
-    }.items():
-        remote.commit_foreign(path, content, f"add {path}")
-    # The cluster was deployed from the repository.
-    cp.apply(manifest(*rendered(remote, kbin, OVERLAY).values()))
-    operator("--kustomize", str(kbin))
-    kz = {"root": "overlays/prod", "renderCheck": True}
-    cp.apply(
-        manifest(
-            provider("git", ns, remote.url),
-            target("mirror", ns, "git", "mirror", kustomize=kz),
-            watch_rule("rule", ns, "mirror", RULE),
-        )
-    )
-    wait_condition(cp, "gittarget", "mirror", ns, "RenderMatchesLive", "True")
-
-    def in_step(what: str) -> None:
-        wait_for(
-            lambda: rendered(remote, kbin, OVERLAY) == live(cp, ns),
-            timeout=30,
-            interval=0.3,
-            what=f"kustomize build == live after {what}",
-        )
-
+    files = {**base_files(), f"{OVERLAY}/kustomization.yaml": overlay_kustomization(ns)}
+    kz = {"root": "overlays/prod"}
+    in_step = mirror_kustomized(cp, ns, remote, operator, kbin, files, [OVERLAY], kz)
     in_step("the snapshot")
 
     cp.kubectl("create", "configmap", "prod-extra", "-n", ns, "--from-literal=a=1")
@@ -205,7 +153,7 @@ def test_generated_configmap_is_reported_and_nothing_breaks_the_build(
     kustomization = GENERATOR_KUSTOMIZATION.format(ns=ns)
     remote.commit_foreign("mirror/kustomization.yaml", kustomization, "generator")
     remote.commit_foreign("mirror/plain.yaml", dump_yaml(order_document(plain)), "plain")
-    cp.apply(manifest(*rendered(remote, kbin, "mirror").values()))
+    cp.apply(manifest(*rendered(remote, kbin, ["mirror"]).values()))
     generated = next(n for _, n in live(cp, ns) if n.startswith("generated-"))
     operator()
     cp.apply(
@@ -229,7 +177,7 @@ def test_generated_configmap_is_reported_and_nothing_breaks_the_build(
     )
     assert not any(generated in f for f in remote.files())
     assert remote.tip() != tip
-    docs = rendered(remote, kbin, "mirror")  # still builds
+    docs = rendered(remote, kbin, ["mirror"])  # still builds
     assert ("ConfigMap", "marker") in docs
     ready = condition(cp, "gittarget", "mirror", ns, "Ready")
     assert ready is not None

@@ -11,19 +11,14 @@ from typing import Any
 import pytest
 import yaml
 
-from kubescribe.mirror.owned import Content, keep_owned
-from kubescribe.mirror.sanitize import sanitize
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
 from kubescribe_devenv.controlplane import ControlPlane
 from kubescribe_devenv.gitremote import BareRemote
-from kubescribe_devenv.kustomize import KustomizeMissing, binary, build_remote
-from tests.manifests import provider, target, watch_rule
+from tests.kustomized import mirror_kustomized
 from tests.support import Operator, manifest, wait_condition, wait_for
 
 pytestmark = pytest.mark.controlplane
 
-OWNED = Content("Owned", ("horizontal-pod-autoscaler", "kube-controller-manager"))
-RULE = {"apiGroups": ["", "apps"], "resources": ["configmaps", "deployments"]}
 OVERLAY = "mirror/overlays/prod/kustomization.yaml"
 OVERLAY_KUSTOMIZATION = "# production\nresources:\n- ../../base\n"
 BASE_KUSTOMIZATION = "resources:\n- deployment.yaml\n- settings.yaml\n"
@@ -56,28 +51,6 @@ def base_files(ns: str) -> dict[str, str]:
     }
 
 
-@pytest.fixture(scope="module")
-def kbin() -> Path:
-    try:
-        return binary()
-    except KustomizeMissing:
-        pytest.skip("kustomize could not be built (Go missing?)")
-
-
-def rendered(remote: BareRemote, kbin: Path) -> dict[tuple[str, str], Any]:
-    docs = build_remote(kbin, remote.path, "mirror/overlays/prod")
-    return {(d["kind"], d["metadata"]["name"]): d for d in docs}
-
-
-def live(cp: ControlPlane, ns: str) -> dict[tuple[str, str], Any]:
-    items = cp.get_json("configmaps,deployments", "-n", ns, "--show-managed-fields")["items"]
-    return {
-        (o["kind"], o["metadata"]["name"]): sanitize(o, keep_owned(o, OWNED).document)
-        for o in items
-        if o["metadata"]["name"] != "kube-root-ca.crt"
-    }
-
-
 @pytest.fixture
 def overlay(
     crds: ControlPlane,
@@ -90,27 +63,12 @@ def overlay(
     until `kustomize build` of the overlay equals the live objects."""
     cp, ns = crds, namespace
     base = base_files(ns)
-    for path, content in {**base, OVERLAY: OVERLAY_KUSTOMIZATION}.items():
-        remote.commit_foreign(path, content, f"add {path}")
-    cp.apply(manifest(*rendered(remote, kbin).values()))
-    operator("--kustomize", str(kbin))
-    spec = {"root": "overlays/prod", "renderCheck": True}
-    cp.apply(
-        manifest(
-            provider("git", ns, remote.url),
-            target("mirror", ns, "git", "mirror", kustomize=spec),
-            watch_rule("rule", ns, "mirror", RULE),
-        )
-    )
-    wait_condition(cp, "gittarget", "mirror", ns, "RenderMatchesLive", "True")
+    files = {**base, OVERLAY: OVERLAY_KUSTOMIZATION}
+    spec = {"root": "overlays/prod"}
+    built = mirror_kustomized(cp, ns, remote, operator, kbin, files, ["mirror/overlays/prod"], spec)
 
     def in_step(what: str) -> None:
-        wait_for(
-            lambda: rendered(remote, kbin) == live(cp, ns),
-            timeout=30,
-            interval=0.3,
-            what=f"kustomize build == live after {what}",
-        )
+        built(what)
         assert {p: remote.read(p) for p in base} == base  # the base is read-only
         wait_condition(cp, "gittarget", "mirror", ns, "RenderMatchesLive", "True")
 

@@ -11,19 +11,14 @@ from typing import Any
 
 import pytest
 
-from kubescribe.mirror.owned import Content, keep_owned
-from kubescribe.mirror.sanitize import sanitize
 from kubescribe.mirror.yamlfmt import dump_yaml, order_document
 from kubescribe_devenv.controlplane import ControlPlane
 from kubescribe_devenv.gitremote import BareRemote
-from kubescribe_devenv.kustomize import KustomizeMissing, binary, build_remote
-from tests.manifests import provider, target, watch_rule
+from tests.kustomized import mirror_kustomized
 from tests.support import Operator, manifest, wait_condition, wait_for
 
 pytestmark = pytest.mark.controlplane
 
-OWNED = Content("Owned", ("horizontal-pod-autoscaler", "kube-controller-manager"))
-RULE = {"apiGroups": ["", "apps"], "resources": ["configmaps", "deployments"]}
 WEB = "mirror/apps/web/kustomization.yaml"
 API = "mirror/apps/api/kustomization.yaml"
 WEB_KUSTOMIZATION = "resources:\n- deployment.yaml\n"
@@ -69,28 +64,6 @@ def files(ns: str, root: bool) -> dict[str, str]:
     return out
 
 
-@pytest.fixture(scope="module")
-def kbin() -> Path:
-    try:
-        return binary()
-    except KustomizeMissing:
-        pytest.skip("kustomize could not be built (Go missing?)")
-
-
-def rendered(remote: BareRemote, kbin: Path, roots: list[str]) -> dict[tuple[str, str], Any]:
-    docs = [d for root in roots for d in build_remote(kbin, remote.path, root)]
-    return {(d["kind"], d["metadata"]["name"]): d for d in docs}
-
-
-def live(cp: ControlPlane, ns: str) -> dict[tuple[str, str], Any]:
-    items = cp.get_json("configmaps,deployments", "-n", ns, "--show-managed-fields")["items"]
-    return {
-        (o["kind"], o["metadata"]["name"]): sanitize(o, keep_owned(o, OWNED).document)
-        for o in items
-        if o["metadata"]["name"] != "kube-root-ca.crt"
-    }
-
-
 def listed(entries: list[str], *new: str) -> list[str]:
     """`entries` with `new` inserted before the first entry that sorts after each."""
     out = list(entries)
@@ -110,28 +83,8 @@ def test_each_object_is_written_through_the_app_kustomization_that_renders_it(
     root: bool,
 ) -> None:
     cp, ns = crds, namespace
-    for path, content in files(ns, root).items():
-        remote.commit_foreign(path, content, f"add {path}")
     roots = ["mirror"] if root else ["mirror/apps/api", "mirror/apps/web"]
-    cp.apply(manifest(*rendered(remote, kbin, roots).values()))
-    operator("--kustomize", str(kbin))
-    cp.apply(
-        manifest(
-            provider("git", ns, remote.url),
-            target("mirror", ns, "git", "mirror", kustomize={"renderCheck": True}),
-            watch_rule("rule", ns, "mirror", RULE),
-        )
-    )
-    wait_condition(cp, "gittarget", "mirror", ns, "RenderMatchesLive", "True")
-
-    def in_step(what: str) -> None:
-        wait_for(
-            lambda: rendered(remote, kbin, roots) == live(cp, ns),
-            timeout=30,
-            interval=0.3,
-            what=f"kustomize build == live after {what}",
-        )
-
+    in_step = mirror_kustomized(cp, ns, remote, operator, kbin, files(ns, root), roots, {})
     in_step("the snapshot")
     tip = remote.tip()
 

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from kubescribe.api.conditions import KUSTOMIZE_UNSUPPORTED, RENDER_MISMATCH
@@ -97,14 +96,6 @@ def seed(remote: BareRemote) -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def kustomize_bin() -> Path:
-    try:
-        return kustomize.binary()
-    except kustomize.KustomizeMissing:
-        pytest.skip("kustomize could not be built (Go missing?)")
-
-
 def rendered(remote: BareRemote, kbin: Path) -> dict[tuple[str, str], dict[str, Any]]:
     docs = kustomize.build_remote(kbin, remote.path, f"{FOLDER}/overlays/prod")
     return {(d["kind"], d["metadata"]["name"]): d for d in docs}
@@ -119,7 +110,7 @@ def kz_target(**kw: Any) -> Any:
 async def test_base_and_overlay_render_the_live_objects_after_every_write(
     remote: BareRemote,
     make: Callable[..., WorkerHarness],
-    kustomize_bin: Path,
+    kbin: Path,
 ) -> None:
     seed(remote)
     h = make(kz_target())
@@ -127,12 +118,12 @@ async def test_base_and_overlay_render_the_live_objects_after_every_write(
         ("ConfigMap", "prod-settings"): configmap("prod-settings", mode="fast"),
         ("Deployment", "prod-web"): deployment("prod-web", "nginx:1.27", 2),
     }
-    assert rendered(remote, kustomize_bin) == live  # the seed renders the cluster
+    assert rendered(remote, kbin) == live  # the seed renders the cluster
 
     async def step(item: Change) -> None:
         await h.settle(item)
         assert h.last().failing == []
-        assert rendered(remote, kustomize_bin) == live
+        assert rendered(remote, kbin) == live
 
     # A ConfigMap inherited from the base: the base is read-only, the change is a patch of the
     # overlay naming the object as the base renders it; back as the base has it, it goes.
@@ -207,7 +198,7 @@ async def test_base_and_overlay_render_the_live_objects_after_every_write(
 async def test_snapshot_of_a_kustomized_folder_makes_no_commit(
     remote: BareRemote,
     make: Callable[..., WorkerHarness],
-    kustomize_bin: Path,
+    kbin: Path,
 ) -> None:
     seed(remote)
     tip = remote.tip()
@@ -230,7 +221,7 @@ configMapGenerator:
 async def test_generated_configmap_is_reported_and_not_written(
     remote: BareRemote,
     make: Callable[..., WorkerHarness],
-    kustomize_bin: Path,
+    kbin: Path,
 ) -> None:
     remote.commit_foreign(f"{FOLDER}/kustomization.yaml", GENERATOR_KUSTOMIZATION, "gen")
     remote.commit_foreign(
@@ -246,11 +237,11 @@ async def test_generated_configmap_is_reported_and_not_written(
     (identity, reason, message), *_ = h.last().failing
     assert (identity.name, reason) == ("generated-7h2k5c9f8m", KUSTOMIZE_UNSUPPORTED)
     assert "configMapGenerator generated" in message
-    kustomize.build_remote(kustomize_bin, remote.path, FOLDER)  # still builds
+    kustomize.build_remote(kbin, remote.path, FOLDER)  # still builds
 
 
 async def test_render_check_reports_what_kustomize_renders_differently(
-    remote: BareRemote, make: Callable[..., WorkerHarness], kustomize_bin: Path
+    remote: BareRemote, make: Callable[..., WorkerHarness], kbin: Path
 ) -> None:
     # buildMetadata adds an annotation to every rendered object: the live ones lack it.
     kustomization = "buildMetadata: [originAnnotations]\nresources: []\n"
@@ -259,7 +250,7 @@ async def test_render_check_reports_what_kustomize_renders_differently(
         target(
             PruneMode.ALWAYS,
             folder=FOLDER,
-            kustomize=KustomizeConfig(render_check=str(kustomize_bin)),
+            kustomize=KustomizeConfig(render_check=str(kbin)),
         )
     )
     await h.settle(change(configmap("a", k="1"), CONFIGMAPS, "a", Operation.CREATE))
@@ -276,7 +267,7 @@ async def test_render_check_reports_what_kustomize_renders_differently(
 
 
 async def test_object_of_a_multi_document_file_is_edited_in_its_document(
-    remote: BareRemote, make: Callable[..., WorkerHarness], kustomize_bin: Path
+    remote: BareRemote, make: Callable[..., WorkerHarness], kbin: Path
 ) -> None:
     both = "\n---\n".join(
         yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}})
@@ -304,11 +295,11 @@ async def test_object_of_a_multi_document_file_is_edited_in_its_document(
     first, second = remote.read(f"{FOLDER}/both.yaml").split("\n---\n")
     assert first + "\n" == both.split("\n---\n")[0] + "\n"  # byte-identical
     assert yaml.safe_load(second)["data"] == {"k": "1"}
-    kustomize.build_remote(kustomize_bin, remote.path, FOLDER)
+    kustomize.build_remote(kbin, remote.path, FOLDER)
 
 
 async def test_write_unsupported_writes_a_plain_unlisted_file(
-    remote: BareRemote, make: Callable[..., WorkerHarness], kustomize_bin: Path
+    remote: BareRemote, make: Callable[..., WorkerHarness], kbin: Path
 ) -> None:
     remote.commit_foreign(f"{FOLDER}/kustomization.yaml", GENERATOR_KUSTOMIZATION, "gen")
     remote.commit_foreign(
@@ -325,7 +316,7 @@ async def test_write_unsupported_writes_a_plain_unlisted_file(
     assert remote.read(f"{FOLDER}/kustomization.yaml") == GENERATOR_KUSTOMIZATION
     (identity, reason, _), *_ = h.last().failing
     assert (identity.name, reason) == ("generated-7h2k5c9f8m", KUSTOMIZE_UNSUPPORTED)
-    kustomize.build_remote(kustomize_bin, remote.path, FOLDER)  # still builds
+    kustomize.build_remote(kbin, remote.path, FOLDER)  # still builds
 
 
 LABELLED_KUSTOMIZATION = """\
@@ -344,7 +335,7 @@ resources:
 
 
 async def test_labels_and_annotations_the_kustomization_sets_stay_out_of_the_files(
-    remote: BareRemote, make: Callable[..., WorkerHarness], kustomize_bin: Path
+    remote: BareRemote, make: Callable[..., WorkerHarness], kbin: Path
 ) -> None:
     settings = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}}
     web = deployment("web", "nginx:1.25", 1)
@@ -355,7 +346,7 @@ async def test_labels_and_annotations_the_kustomization_sets_stay_out_of_the_fil
     h = make(target(PruneMode.ALWAYS, folder=FOLDER, kustomize=KustomizeConfig()))
 
     def build() -> dict[tuple[str, str], Any]:
-        docs = kustomize.build_remote(kustomize_bin, remote.path, FOLDER)
+        docs = kustomize.build_remote(kbin, remote.path, FOLDER)
         return {(d["kind"], d["metadata"]["name"]): d for d in docs}
 
     live = build()  # the cluster was deployed from the repository
@@ -400,7 +391,7 @@ patches:
 
 
 async def test_patch_files_are_not_documents_and_a_patched_object_is_not_removed(
-    remote: BareRemote, make: Callable[..., WorkerHarness], kustomize_bin: Path
+    remote: BareRemote, make: Callable[..., WorkerHarness], kbin: Path
 ) -> None:
     web = deployment("web", "nginx:1.25", 1)
     web["metadata"] = {"name": "web", "namespace": NS}
@@ -427,7 +418,7 @@ async def test_patch_files_are_not_documents_and_a_patched_object_is_not_removed
     assert message == (
         f"not removed: patches in {FOLDER}/kustomization.yaml targets it (remove the patch first)"
     )
-    kustomize.build_remote(kustomize_bin, remote.path, FOLDER)
+    kustomize.build_remote(kbin, remote.path, FOLDER)
 
     await h.settle(snapshot({}, ns=NS, rtype=DEPLOYMENTS))
     assert remote.tip() == tip
@@ -435,7 +426,7 @@ async def test_patch_files_are_not_documents_and_a_patched_object_is_not_removed
 
 
 async def test_a_document_of_a_multi_document_file_is_found_through_the_namespace(
-    remote: BareRemote, make: Callable[..., WorkerHarness], kustomize_bin: Path
+    remote: BareRemote, make: Callable[..., WorkerHarness], kbin: Path
 ) -> None:
     both = "\n---\n".join(
         yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}})
@@ -468,7 +459,7 @@ async def test_a_document_of_a_multi_document_file_is_found_through_the_namespac
         "metadata": {"name": "two"},  # the kustomization sets the namespace
         "data": {"k": "1"},
     }
-    kustomize.build_remote(kustomize_bin, remote.path, FOLDER)
+    kustomize.build_remote(kbin, remote.path, FOLDER)
 
 
 async def test_a_folder_root_written_through_and_then_deleted_holds_the_target(

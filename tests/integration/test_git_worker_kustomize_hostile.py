@@ -20,21 +20,12 @@ from kubescribe.git import sandbox
 from kubescribe.git.targets import KustomizeConfig, TargetConfig
 from kubescribe.mirror.changes import Change, Operation, PruneMode, TargetKey
 from kubescribe.mirror.identity import Identity
-from kubescribe_devenv import kustomize
 from kubescribe_devenv.gitremote import BareRemote
 from tests.builders import CONFIGMAPS, TARGET, cursor, target
 from tests.support import WorkerHarness
 
 FOLDER = "apps"
 NS = "prod"
-
-
-@pytest.fixture(scope="module")
-def kustomize_bin() -> Path:
-    try:
-        return kustomize.binary()
-    except kustomize.KustomizeMissing:
-        pytest.skip("kustomize could not be built (Go missing?)")
 
 
 def change(name: str, key: TargetKey = TARGET, **data: str) -> Change:
@@ -91,7 +82,7 @@ def plant_entries(remote: BareRemote, folder: str, names: list[bytes]) -> None:
 async def test_tree_entry_names_never_leave_the_scratch_folder(
     remote: BareRemote,
     make: Callable[..., WorkerHarness],
-    kustomize_bin: Path,
+    kbin: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -103,7 +94,7 @@ async def test_tree_entry_names_never_leave_the_scratch_folder(
     planted.parent.mkdir()
     plant_entries(remote, FOLDER, [b"../escaped.yaml", str(planted).encode()])
 
-    h = make(checked(kustomize_bin))
+    h = make(checked(kbin))
     await h.settle(change("a", k="1"))
 
     # Nowhere outside a scratch folder: not beside it, not at an absolute name.
@@ -118,7 +109,7 @@ async def test_tree_entry_names_never_leave_the_scratch_folder(
 
 
 async def test_a_remote_resource_is_neither_fetched_nor_echoed(
-    remote: BareRemote, make: Callable[..., WorkerHarness], kustomize_bin: Path
+    remote: BareRemote, make: Callable[..., WorkerHarness], kbin: Path
 ) -> None:
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
@@ -133,7 +124,7 @@ async def test_a_remote_resource_is_neither_fetched_nor_echoed(
             "remote base",
         )
         remote.commit_foreign(f"{FOLDER}/kustomization.yaml", "resources: [base]\n", "root")
-        h = make(checked(kustomize_bin))
+        h = make(checked(kbin))
         await h.settle(change("a", k="1"))
         with pytest.raises(BlockingIOError):
             server.accept()  # nobody called
@@ -143,10 +134,10 @@ async def test_a_remote_resource_is_neither_fetched_nor_echoed(
 
 
 async def test_a_failed_build_puts_a_fixed_message_in_status(
-    remote: BareRemote, make: Callable[..., WorkerHarness], kustomize_bin: Path
+    remote: BareRemote, make: Callable[..., WorkerHarness], kbin: Path
 ) -> None:
     remote.commit_foreign(f"{FOLDER}/kustomization.yaml", "resources: [missing]\n", "broken")
-    h = make(checked(kustomize_bin))
+    h = make(checked(kbin))
     await h.settle(change("a", k="1"))
     failing = [f for f in h.last().failing if f[0].name == "a"]
     assert [m for _, _, m in failing] == [
@@ -155,13 +146,13 @@ async def test_a_failed_build_puts_a_fixed_message_in_status(
 
 
 async def test_a_deep_kustomization_stops_only_its_own_target(
-    remote: BareRemote, make: Callable[..., WorkerHarness], kustomize_bin: Path
+    remote: BareRemote, make: Callable[..., WorkerHarness], kbin: Path
 ) -> None:
     deep = "resources: " + "[" * 5000 + "]" * 5000 + "\n"
     remote.commit_foreign("hostile/kustomization.yaml", deep, "deep")
     other = TargetKey("team", "other")
     h = make(
-        checked(kustomize_bin, "hostile"),
+        checked(kbin, "hostile"),
         target(PruneMode.ALWAYS, key=other, folder="plain"),
     )
     await h.settle(change("a", k="1"), change("b", other, k="2"))
