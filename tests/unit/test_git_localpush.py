@@ -153,3 +153,18 @@ def test_a_merge_under_way_elsewhere_is_left_to_it(tmp_path: Path) -> None:
         os.close(fd)
     assert merge_shared(target) is not None
     assert pack_count(target) < packs
+
+
+def test_a_file_that_is_no_pack_index_is_left_alone(tmp_path: Path) -> None:
+    source, target = _pair(tmp_path)
+    tip = None
+    for i in range(PACK_LIMIT + 2):
+        tip = _commit(source, tip, {"a": b"%d" % i})
+        _pushed(source, target, tip)
+    # claims one object, holds a megabyte: never read whole into memory, never removed
+    bogus = Path(target.path) / "objects" / "pack" / ("pack-" + "0" * 40 + ".idx")
+    bogus.write_bytes(b"\xfftOc\0\0\0\2" + (1).to_bytes(4, "big") * 256 + b"x" * (1 << 20))
+    result = merge_shared(target)
+    assert result is not None
+    assert bogus.exists()
+    git("fsck", "--strict", cwd=Path(target.path))

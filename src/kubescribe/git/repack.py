@@ -135,8 +135,10 @@ def merge_shared(repo: pygit2.Repository, limit: int = PACK_LIMIT) -> TidyResult
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return None
-        # Listed again under the lock: the writer that held it may have merged them.
-        sizes = {idx: _object_count(idx) for idx in _plain_packs(directory)}
+        # Listed again under the lock: the writer that held it may have merged them. An index
+        # larger than its count allows is not one (a remote's files are not ours): left alone.
+        counts = {idx: _object_count(idx) for idx in _plain_packs(directory)}
+        sizes = {i: n for i, n in counts.items() if i.stat().st_size <= _largest_index(n)}
         ordered = sorted(sizes, key=lambda idx: sizes[idx])
         merge = packs_to_merge([sizes[idx] for idx in ordered])
         if merge < 2:
@@ -147,6 +149,11 @@ def merge_shared(repo: pygit2.Repository, limit: int = PACK_LIMIT) -> TidyResult
         return _merge(repo, small, len(ordered))
     finally:
         os.close(fd)  # and the lock with it
+
+
+def _largest_index(count: int) -> int:
+    """Bytes of a version 2 index of `count` objects at most (every offset a large one)."""
+    return 8 + 256 * 4 + count * (20 + 4 + 4 + 8) + 2 * 20
 
 
 def _plain_packs(directory: Path) -> list[Path]:
