@@ -97,6 +97,16 @@ def _pushed(source: pygit2.Repository, target: pygit2.Repository, tip: pygit2.Oi
     assert compare_and_swap(target, "main", tip, expected) is None
 
 
+def _piled_up(tmp_path: Path) -> pygit2.Repository:
+    """A remote that got more pushes (so packs) than merges start from, none merged."""
+    source, target = _pair(tmp_path)
+    tip = None
+    for i in range(PACK_LIMIT + 2):
+        tip = _commit(source, tip, {"a": b"%d" % i})
+        _pushed(source, target, tip)
+    return target
+
+
 def test_pushes_to_a_local_remote_keep_its_packs_few(tmp_path: Path) -> None:
     source, target = _pair(tmp_path)
     tip = None
@@ -138,11 +148,7 @@ def test_a_merge_keeps_what_no_reference_reaches_and_the_packs_git_manages(
 
 
 def test_a_merge_under_way_elsewhere_is_left_to_it(tmp_path: Path) -> None:
-    source, target = _pair(tmp_path)
-    tip = None
-    for i in range(PACK_LIMIT + 2):
-        tip = _commit(source, tip, {"a": b"%d" % i})
-        _pushed(source, target, tip)
+    target = _piled_up(tmp_path)
     packs = pack_count(target)
     fd = os.open(Path(target.path) / "objects" / "pack", os.O_RDONLY)
     try:
@@ -156,11 +162,7 @@ def test_a_merge_under_way_elsewhere_is_left_to_it(tmp_path: Path) -> None:
 
 
 def test_a_file_that_is_no_pack_index_is_left_alone(tmp_path: Path) -> None:
-    source, target = _pair(tmp_path)
-    tip = None
-    for i in range(PACK_LIMIT + 2):
-        tip = _commit(source, tip, {"a": b"%d" % i})
-        _pushed(source, target, tip)
+    target = _piled_up(tmp_path)
     # claims one object, holds a megabyte: never read whole into memory, never removed
     bogus = Path(target.path) / "objects" / "pack" / ("pack-" + "0" * 40 + ".idx")
     bogus.write_bytes(b"\xfftOc\0\0\0\2" + (1).to_bytes(4, "big") * 256 + b"x" * (1 << 20))
