@@ -31,6 +31,14 @@ log = structlog.get_logger(__name__)
 _CLOSE_TIMEOUT = 1.0  # seconds for each server and client to close after the manager stopped
 
 
+def stop_budget(timeout: float) -> tuple[float, float]:
+    """How a stop of `timeout` seconds is shared: the manager's shutdown, then each of the two
+    rounds of closes after it. Together they fit in `timeout`, so the stop watchdog (which acts
+    a margin past it) is never what ends a stop that kept its bounds."""
+    close = min(_CLOSE_TIMEOUT, timeout / 8)
+    return timeout - 2 * close, close
+
+
 @dataclass(frozen=True)
 class Sharing:
     """How replicas share the writers ('' replica id: one replica writes everything)."""
@@ -122,6 +130,11 @@ async def run_operator(
         await sites.aclose()
         raise
     sharing = sharing or Sharing()
+    shutdown_timeout, close_timeout = (
+        stop_budget(stopper.timeout)
+        if stopper is not None
+        else (Settings.shutdown_timeout, _CLOSE_TIMEOUT)
+    )
     settings = Settings(
         cache_dir=cache_dir,
         allow_file_urls=allow_file_urls,
@@ -138,7 +151,7 @@ async def run_operator(
         owner_cluster_role=owner_cluster_role,
         changes_webhook_name=options.changes_webhook_name,
         attribution_sources=att.sources,
-        shutdown_timeout=stopper.timeout if stopper is not None else Settings.shutdown_timeout,
+        shutdown_timeout=shutdown_timeout,
     )
     cursors = wiring.cursor_store(options)
     alerts = wiring.alerts(client, settings)
@@ -166,13 +179,13 @@ async def run_operator(
     finally:
         # Bounded like the manager's shutdown: a server that does not answer costs a log line.
         # The alerts of what the last writes pushed are sent beside, before the client closes.
-        closing = [within(alerts.flush(), _CLOSE_TIMEOUT), within(cursors.close(), _CLOSE_TIMEOUT)]
+        closing = [within(alerts.flush(), close_timeout), within(cursors.close(), close_timeout)]
         if runner is not None:
-            closing.append(within(runner.cleanup(), _CLOSE_TIMEOUT))
+            closing.append(within(runner.cleanup(), close_timeout))
         await asyncio.gather(*closing)
         alerting.cancel()
         if upkeep is not None:
             upkeep.cancel()
-        await within(sites.aclose(), _CLOSE_TIMEOUT)
+        await within(sites.aclose(), close_timeout)
         close_shared_pool()
         log.info("operator.stopped")

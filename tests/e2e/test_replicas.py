@@ -204,8 +204,9 @@ def assert_released(cp: ControlPlane, ns: str, op: Operator, name: str) -> None:
     """It exited 0 (not the watchdog's overrun code) and gave its Leases back on the way out:
     none still names it, as an expired one would."""
     assert op.proc is not None
-    assert op.proc.returncode == 0, f"{name} exited {op.proc.returncode}"
-    assert "operator.stop_overran" not in op.logs()
+    overran = [line for line in op.logs().splitlines() if "operator.stop_overran" in line]
+    assert op.proc.returncode == 0, f"{name} exited {op.proc.returncode}: {overran}"
+    assert not overran, overran
     assert name not in writer_owners(cp, ns).values(), f"{name} left a writer Lease to expire"
     assert name not in members(cp, ns)
 
